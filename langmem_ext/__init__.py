@@ -1,0 +1,47 @@
+"""langmem_ext: budget-exact, tool-safe context management for LangChain and LangGraph.
+
+Strategies decide, before the model runs, which messages it sees: they trim, clip, summarize and
+retrieve so that every request is valid for the provider and within budget.
+"""
+
+from langmem_ext.engine import Strategy
+from langmem_ext.errors import ContextOverflowError, LangmemExtError, TokenizerUnavailableError
+from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
+from langmem_ext.result import MemoryReport, MemoryResult
+from langmem_ext.state import MemoryState
+from langmem_ext.strategies import SlidingWindow, TokenBudget
+from langmem_ext.tokens import (
+    ApproximateCounter,
+    CallableCounter,
+    ChatModelCounter,
+    TiktokenCounter,
+    TokenCounter,
+    as_counter,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApproximateCounter",
+    "CallableCounter",
+    "ChatModelCounter",
+    "ContextOverflowError",
+    "Finding",
+    "LangmemExtError",
+    "MemoryReport",
+    "MemoryResult",
+    "MemoryState",
+    "SlidingWindow",
+    "Strategy",
+    "TiktokenCounter",
+    "TokenBudget",
+    "TokenCounter",
+    "TokenizerUnavailableError",
+    "Unit",
+    "__version__",
+    "as_counter",
+    "is_valid",
+    "repair",
+    "split_units",
+    "validate",
+]

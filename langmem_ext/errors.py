@@ -1,0 +1,40 @@
+"""Exceptions. Each one names the problem and carries the numbers as attributes."""
+
+from __future__ import annotations
+
+__all__ = ["ContextOverflowError", "LangmemExtError", "TokenizerUnavailableError"]
+
+
+class LangmemExtError(Exception):
+    """Base class of every exception this package raises on purpose."""
+
+
+class TokenizerUnavailableError(LangmemExtError, RuntimeError):
+    """A tokenizer could not be loaded (for tiktoken: usually no network and no cached files)."""
+
+
+class ContextOverflowError(LangmemExtError, ValueError):
+    """The messages that must be in the view do not fit in the budget.
+
+    Raised with ``overflow="error"`` (the default) when, for example, the newest human message
+    alone is larger than the budget. ``needed`` is what the required messages cost, ``available``
+    what the budget leaves for them after the system message, the reserve, the safety margin and
+    the per-request overhead.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        needed: int,
+        available: int,
+        max_tokens: int,
+        reserve_tokens: int = 0,
+        system_tokens: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
+        self.max_tokens = max_tokens
+        self.reserve_tokens = reserve_tokens
+        self.system_tokens = system_tokens

@@ -1,0 +1,456 @@
+"""Atomic message units, validity findings, documented repairs, and clipping.
+
+The rules every provider enforces, and that every cut in this package respects:
+
+* an ``AIMessage`` that makes tool calls and every ``ToolMessage`` answering them travel together:
+  they form one **unit**, also when other messages sit between the call and a result (the unit
+  then spans them too), and also for parallel calls;
+* no ``ToolMessage`` without the call it answers, no call without its result (except a trailing
+  call still in flight);
+* at most one ``SystemMessage``, first; the first other message is a ``HumanMessage``.
+
+Units are found by walking *backwards* (:func:`iter_units_reverse`): the strategies only look at
+the newest part of a history, so the walk stops as soon as the budget is spent and never touches
+the old messages. :func:`split_units`, :func:`validate` and :func:`repair` use the same walk over
+the whole list, so there is one definition of a unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+
+from langmem_ext._identity import tool_call_ids
+
+__all__ = [
+    "CLIP_MARKER",
+    "Finding",
+    "FindingKind",
+    "Unit",
+    "UnitKind",
+    "clip_message",
+    "is_valid",
+    "iter_units_reverse",
+    "merge_system_messages",
+    "repair",
+    "split_units",
+    "validate",
+]
+
+UnitKind = Literal["system", "human", "ai", "tool", "orphan", "other"]
+
+#: Text appended to a clipped message; ``{removed}`` is the number of characters removed.
+CLIP_MARKER = "\n[... {removed} characters clipped by langmem_ext to fit the context budget]"
+
+#: Content of the ToolMessage that :func:`repair` adds for a call that was never answered.
+MISSING_RESULT_TEXT = (
+    "[langmem_ext] No result was recorded for this tool call ({name}); treat it as failed."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A run of input messages that must be kept or dropped together.
+
+    ``start``/``stop`` index the input; ``messages`` is what the unit contributes to a view, with
+    the unit-local repairs applied (results moved right after their call, duplicate results and
+    orphans dropped, placeholder results for unanswered calls). For a valid unit, ``messages`` is
+    exactly ``input[start:stop]``.
+    """
+
+    start: int
+    stop: int
+    messages: tuple[BaseMessage, ...]
+    kind: UnitKind
+    has_human: bool = False
+    #: (index of the AIMessage, tool_call_id) for calls given a placeholder result
+    synthesized: tuple[tuple[int, str], ...] = ()
+    #: (index of the AIMessage, tool_call_id) for calls of the trailing message still in flight
+    in_flight: tuple[tuple[int, str], ...] = ()
+    #: input indices left out, with why
+    dropped: tuple[tuple[int, Literal["orphan", "duplicate"]], ...] = ()
+    #: results were moved to follow their call directly
+    reordered: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.synthesized or self.dropped or self.reordered)
+
+
+def ensure_message(message: Any, index: int) -> BaseMessage:
+    """``message`` if it is a BaseMessage, else a TypeError naming its index and the fix."""
+    if not isinstance(message, BaseMessage):
+        raise TypeError(
+            f"messages[{index}] is a {type(message).__name__}, not a BaseMessage; convert "
+            "dicts, tuples or strings first with langchain_core.messages.convert_to_messages"
+        )
+    return message
+
+
+def _placeholder(ai: AIMessage, call_id: str) -> ToolMessage:
+    name = next(
+        (c.get("name") for c in (*ai.tool_calls, *ai.invalid_tool_calls) if c.get("id") == call_id),
+        None,
+    )
+    return ToolMessage(
+        content=MISSING_RESULT_TEXT.format(name=name or "unknown tool"),
+        tool_call_id=call_id,
+        name=name,
+        status="error",
+        id=f"lmx-missing-{call_id}",
+    )
+
+
+def _single(index: int, message: BaseMessage) -> Unit:
+    if isinstance(message, HumanMessage):
+        return Unit(index, index + 1, (message,), "human", has_human=True)
+    if isinstance(message, SystemMessage):
+        return Unit(index, index + 1, (message,), "system")
+    if isinstance(message, AIMessage):
+        return Unit(index, index + 1, (message,), "ai")
+    return Unit(index, index + 1, (message,), "other")
+
+
+def _tool_unit(
+    messages: Sequence[BaseMessage], lo: int, hi: int, skip: set[int], trailing: bool
+) -> Unit:
+    first_result: dict[str, int] = {}
+    for k in range(lo, hi):
+        m = messages[k]
+        if k not in skip and isinstance(m, ToolMessage):
+            first_result.setdefault(m.tool_call_id, k)
+    out: list[BaseMessage] = []
+    emitted: set[int] = set()
+    dropped: list[tuple[int, Literal["orphan", "duplicate"]]] = []
+    synthesized: list[tuple[int, str]] = []
+    in_flight: list[tuple[int, str]] = []
+    placeholders: set[int] = set()
+    has_human = False
+    for k in range(lo, hi):
+        m = messages[k]
+        if k in skip:
+            dropped.append((k, "orphan"))
+            continue
+        if isinstance(m, ToolMessage):
+            if k not in emitted:
+                dropped.append((k, "duplicate"))
+            continue
+        out.append(m)
+        has_human = has_human or isinstance(m, HumanMessage)
+        ids = tool_call_ids(m)
+        if not ids:
+            continue
+        answered = sorted(first_result[c] for c in set(ids) if first_result.get(c, -1) > k)
+        for r in answered:
+            out.append(messages[r])
+            emitted.add(r)
+        answered_ids = {messages[r].tool_call_id for r in answered}  # type: ignore[attr-defined]
+        missing = [c for c in dict.fromkeys(ids) if c not in answered_ids]
+        if not missing:
+            continue
+        only_results_after = all(isinstance(messages[t], ToolMessage) for t in range(k + 1, hi))
+        if trailing and only_results_after:
+            in_flight.extend((k, c) for c in missing)
+        else:
+            assert isinstance(m, AIMessage)
+            made = [_placeholder(m, c) for c in missing]
+            placeholders.update(id(o) for o in made)
+            out.extend(made)
+            synthesized.extend((k, c) for c in missing)
+    gone = {k for k, _ in dropped}
+    natural = [messages[k] for k in range(lo, hi) if k not in gone]
+    produced = [o for o in out if id(o) not in placeholders]
+    reordered = any(a is not b for a, b in zip(natural, produced, strict=True))
+    return Unit(
+        lo,
+        hi,
+        tuple(out),
+        "tool",
+        has_human=has_human,
+        synthesized=tuple(synthesized),
+        in_flight=tuple(in_flight),
+        dropped=tuple(sorted(dropped)),
+        reordered=reordered,
+    )
+
+
+def iter_units_reverse(
+    messages: Sequence[BaseMessage], start: int = 0, stop: int | None = None
+) -> Iterator[Unit]:
+    """Yield the units of ``messages[start:stop]`` from the newest to the oldest, lazily.
+
+    A ``ToolMessage`` pulls in everything back to the ``AIMessage`` that made its call. A result
+    whose call cannot be found anywhere in ``[start, stop)`` is an orphan: it is yielded as a unit
+    of kind ``"orphan"`` with no messages. The cost of the walk is proportional to what the
+    consumer takes (plus, only for orphans, one scan down to ``start``).
+    """
+    total = len(messages)
+    hi = total if stop is None else min(stop, total)
+    skip: set[int] = set()
+    while hi > start:
+        i = hi - 1
+        if i in skip:
+            yield Unit(i, i + 1, (), "orphan", dropped=((i, "orphan"),))
+            hi = i
+            continue
+        m = ensure_message(messages[i], i)
+        if not isinstance(m, ToolMessage) and not tool_call_ids(m):
+            yield _single(i, m)
+            hi = i
+            continue
+        need: set[str] = set()
+        lo = -1
+        j = i
+        while j >= start:
+            if j not in skip:
+                mj = ensure_message(messages[j], j)
+                if isinstance(mj, ToolMessage):
+                    need.add(mj.tool_call_id)
+                else:
+                    ids = tool_call_ids(mj)
+                    if ids:
+                        need.difference_update(ids)
+                if not need:
+                    lo = j
+                    break
+            j -= 1
+        if lo < 0:
+            for k in range(start, hi):
+                mk = messages[k]
+                if k not in skip and isinstance(mk, ToolMessage) and mk.tool_call_id in need:
+                    skip.add(k)
+            continue
+        yield _tool_unit(messages, lo, hi, skip, trailing=hi == total)
+        hi = lo
+
+
+def split_units(messages: Sequence[BaseMessage]) -> list[Unit]:
+    """All units of ``messages``, oldest first. They tile the input exactly."""
+    units = list(iter_units_reverse(messages))
+    units.reverse()
+    return units
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+
+FindingKind = Literal[
+    "system_not_first",
+    "multiple_system",
+    "first_not_human",
+    "no_human_message",
+    "orphan_tool_result",
+    "duplicate_tool_result",
+    "unanswered_tool_call",
+    "interleaved_tool_result",
+    "in_flight_tool_call",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem in a message list. ``index`` points into the list that was validated."""
+
+    kind: FindingKind
+    index: int
+    detail: str
+    tool_call_id: str | None = None
+
+    @property
+    def severity(self) -> Literal["error", "info"]:
+        """``"info"`` for a trailing call still in flight (normal mid-loop), else ``"error"``."""
+        return "info" if self.kind == "in_flight_tool_call" else "error"
+
+    def __str__(self) -> str:
+        return f"{self.kind} at index {self.index}: {self.detail}"
+
+
+def validate(messages: Sequence[BaseMessage]) -> list[Finding]:
+    """Every way ``messages`` breaks the rules providers enforce, in index order.
+
+    Raises ``TypeError`` for an element that is not a ``BaseMessage``.
+    """
+    for i, m in enumerate(messages):
+        ensure_message(m, i)
+    findings: list[Finding] = []
+    systems = [i for i, m in enumerate(messages) if isinstance(m, SystemMessage)]
+    for i in systems:
+        if i != 0:
+            findings.append(
+                Finding("system_not_first", i, f"SystemMessage at index {i}; only index 0 is valid")
+            )
+    if len(systems) > 1:
+        findings.append(
+            Finding("multiple_system", systems[1], f"{len(systems)} SystemMessages; at most 1")
+        )
+    first_other = next(
+        (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)), None
+    )
+    if first_other is not None:
+        if not any(isinstance(m, HumanMessage) for m in messages):
+            findings.append(Finding("no_human_message", first_other, "no HumanMessage at all"))
+        elif not isinstance(messages[first_other], HumanMessage):
+            kind = type(messages[first_other]).__name__
+            findings.append(
+                Finding("first_not_human", first_other, f"first non-system message is a {kind}")
+            )
+    for unit in split_units(messages):
+        for index, why in unit.dropped:
+            call = messages[index].tool_call_id  # type: ignore[attr-defined]
+            if why == "orphan":
+                detail = f"ToolMessage answers tool_call_id {call!r}, which no earlier call made"
+                findings.append(Finding("orphan_tool_result", index, detail, call))
+            else:
+                detail = f"second result for tool_call_id {call!r}"
+                findings.append(Finding("duplicate_tool_result", index, detail, call))
+        for index, call in unit.synthesized:
+            detail = f"tool call {call!r} has no ToolMessage answering it"
+            findings.append(Finding("unanswered_tool_call", index, detail, call))
+        for index, call in unit.in_flight:
+            detail = f"tool call {call!r} of the last message is still waiting for its result"
+            findings.append(Finding("in_flight_tool_call", index, detail, call))
+        if unit.reordered:
+            findings.append(
+                Finding(
+                    "interleaved_tool_result",
+                    unit.start,
+                    f"other messages sit between tool calls and their results in "
+                    f"[{unit.start}, {unit.stop})",
+                )
+            )
+    findings.sort(key=lambda f: f.index)
+    return findings
+
+
+def is_valid(messages: Sequence[BaseMessage]) -> bool:
+    """True when :func:`validate` finds no error (a trailing in-flight call is fine)."""
+    return all(f.severity != "error" for f in validate(messages))
+
+
+# --------------------------------------------------------------------------------------------
+# repair
+
+
+def merge_system_messages(systems: Sequence[SystemMessage]) -> SystemMessage:
+    """One SystemMessage holding the text of several, in order (id and metadata of the first)."""
+    if len(systems) == 1:
+        return systems[0]
+    if all(isinstance(s.content, str) for s in systems):
+        content: str | list[str | dict[Any, Any]] = "\n\n".join(
+            str(s.content) for s in systems if s.content
+        )
+    else:
+        blocks: list[str | dict[Any, Any]] = []
+        for s in systems:
+            if isinstance(s.content, str):
+                if s.content:
+                    blocks.append({"type": "text", "text": s.content})
+            else:
+                blocks.extend(s.content)
+        content = blocks
+    return systems[0].model_copy(update={"content": content})
+
+
+def repair(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """A copy of ``messages`` that :func:`validate` accepts. Never mutates its input.
+
+    The documented repairs, in order:
+
+    1. every SystemMessage is merged, in order, into one SystemMessage at index 0;
+    2. orphan tool results are dropped, and so is every second result for the same call;
+    3. results are moved to follow their call directly (messages that sat between follow them);
+    4. a call that was never answered gets a ToolMessage (``status="error"``) saying so, unless it
+       belongs to the last message and is still in flight;
+    5. messages before the first HumanMessage (after the system message) are dropped, unless the
+       list has no HumanMessage at all.
+
+    Messages that need no change are the same objects in the result (not copies).
+    """
+    for i, m in enumerate(messages):
+        ensure_message(m, i)
+    systems = [m for m in messages if isinstance(m, SystemMessage)]
+    body = [m for m in messages if not isinstance(m, SystemMessage)]
+    units = split_units(body)
+    first_human = next((k for k, u in enumerate(units) if u.kind == "human"), None)
+    if first_human is not None:
+        units = units[first_human:]
+    out: list[BaseMessage] = [merge_system_messages(systems)] if systems else []
+    for unit in units:
+        out.extend(unit.messages)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# clipping
+
+
+def _text_of(message: BaseMessage) -> tuple[str, int | None]:
+    """The clippable text of a message and, for list content, the index of the block holding it."""
+    content = message.content
+    if isinstance(content, str):
+        return content, None
+    best: tuple[str, int | None] = ("", None)
+    for i, block in enumerate(content):
+        text = block if isinstance(block, str) else None
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = str(block.get("text", ""))
+        if text is not None and len(text) > len(best[0]):
+            best = (text, i)
+    return best
+
+
+def _with_text(message: BaseMessage, text: str, block: int | None) -> BaseMessage:
+    if block is None:
+        content: Any = text
+    else:
+        content = list(message.content)
+        old = content[block]
+        content[block] = text if isinstance(old, str) else {**old, "text": text}
+    return message.model_copy(update={"content": content})
+
+
+def clip_message(
+    message: BaseMessage, max_tokens: int, count: Callable[[BaseMessage], int]
+) -> BaseMessage | None:
+    """The longest prefix of the message's text that, with :data:`CLIP_MARKER` appended, costs at
+    most ``max_tokens`` by ``count``.
+
+    The message itself when it already fits; ``None`` when it has no text to clip; the marker-only
+    version when even that costs more than ``max_tokens`` (callers check the count). The clipped
+    copy records ``{"clipped_from_tokens": n}`` under ``response_metadata["langmem_ext"]``.
+    Binary search: O(log length) counts.
+    """
+    original = count(message)
+    if original <= max_tokens:
+        return message
+    text, block = _text_of(message)
+    if not text:
+        return None
+
+    def build(keep: int) -> BaseMessage:
+        clipped = text[:keep] + CLIP_MARKER.format(removed=len(text) - keep)
+        return _with_text(message, clipped, block)
+
+    lo, hi = 0, len(text) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(build(mid)) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    result = build(lo)
+    meta = {**result.response_metadata, "langmem_ext": {"clipped_from_tokens": original}}
+    return result.model_copy(update={"response_metadata": meta})

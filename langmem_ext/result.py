@@ -1,0 +1,45 @@
+"""What every strategy returns: the view, the next state, and a report of what happened."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langchain_core.messages import BaseMessage
+
+from langmem_ext.state import MemoryState
+
+__all__ = ["MemoryReport", "MemoryResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """Figures for one turn. Token figures are by the strategy's counter and include the counter's
+    per-request overhead; ``budget`` is the most the view may cost (``max_tokens`` after the
+    safety margin and the reserve), ``None`` for a strategy without a token limit."""
+
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    #: input messages that are not in the view (trimmed, or removed by a repair)
+    messages_dropped: int
+    budget: int | None = None
+    #: ids (or stable keys) of messages whose text was clipped to fit
+    clipped: tuple[str, ...] = ()
+    #: the view needed a documented repair (orphan dropped, placeholder added, results moved ...)
+    repaired: bool = False
+    #: the view starts where the previous turn's view started (hysteresis held the cut)
+    prefix_kept: bool = False
+    #: the newest human turn did not fit contiguously: older parts of it were left out
+    gap: bool = False
+    #: the history was not an extension of the one the state was computed on
+    history_rewritten: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryResult:
+    """``messages`` is what the model should see; ``state`` goes into the next call."""
+
+    messages: list[BaseMessage]
+    state: MemoryState
+    report: MemoryReport

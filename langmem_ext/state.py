@@ -1,0 +1,78 @@
+"""MemoryState: the small, versioned, JSON-serializable value a strategy carries between turns.
+
+It lives wherever the caller keeps state (LangGraph state, a store, a variable) and is the only
+thing a strategy remembers. Everything in it is a plain number or string so checkpointers can
+persist it and time travel can rewind it.
+
+Fields (version 1):
+
+* ``seen``, ``seen_tokens``, ``seen_key``: how many messages the last turn saw, what they cost by
+  the strategy's counter, and the stable key of the last one. When the next history extends that
+  one (same key at ``seen - 1``), only the new messages are counted; otherwise the history was
+  rewritten underneath us, which the report says, and everything is recounted once.
+* ``cut_index``, ``cut_key``: where the last view started. With hysteresis (``target_tokens``),
+  the next turn keeps this cut while the view stays under ``max_tokens``, so the view's prefix,
+  and with it the provider's prompt cache, does not change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+__all__ = ["STATE_VERSION", "MemoryState"]
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryState:
+    version: int = STATE_VERSION
+    seen: int = 0
+    seen_tokens: int = 0
+    seen_key: str | None = None
+    cut_index: int | None = None
+    cut_key: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryState:
+        """Read a dict written by :meth:`to_dict` of this or an older version.
+
+        Unknown keys (from a newer minor addition) are ignored; a newer *version* is refused,
+        because silently misreading it could fold or drop the wrong messages.
+        """
+        if not isinstance(data, dict):
+            raise TypeError(f"MemoryState.from_dict expects a dict, got {type(data).__name__}")
+        version = data.get("version", STATE_VERSION)
+        if not isinstance(version, int) or version > STATE_VERSION:
+            raise ValueError(
+                f"MemoryState version {version!r} is newer than this langmem_ext understands "
+                f"({STATE_VERSION}); upgrade langmem_ext to read it"
+            )
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_json(cls, text: str) -> MemoryState:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def coerce(cls, value: MemoryState | dict[str, Any] | None) -> MemoryState:
+        """``None`` → a fresh state; a dict (e.g. from a checkpoint) → parsed; a state → itself."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            return cls.from_dict(value)
+        raise TypeError(
+            f"state must be a MemoryState, a dict from MemoryState.to_dict(), or None; "
+            f"got {type(value).__name__}"
+        )

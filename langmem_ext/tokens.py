@@ -1,0 +1,482 @@
+"""Token accounting: one protocol, several counters, one bounded count cache.
+
+Every counter here counts a message *once* per (id, content fingerprint): the strategies ask for the
+same recent messages on every turn, and re-encoding them is what makes ``trim_messages`` with an
+exact tokenizer quadratic over an agent loop. Changing a message's content changes its fingerprint,
+so only that message is recounted.
+
+``count_messages(messages)`` is the sum of the per-message counts plus a fixed per-request
+overhead (for OpenAI chat formats, the 3 tokens that prime the reply). ``count_messages([])`` is
+therefore the overhead alone, which is how the engine reads it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.messages.utils import count_tokens_approximately
+
+from langmem_ext._identity import fingerprint
+from langmem_ext.errors import TokenizerUnavailableError
+
+__all__ = [
+    "ApproximateCounter",
+    "CacheInfo",
+    "CallableCounter",
+    "ChatModelCounter",
+    "CounterLike",
+    "TiktokenCounter",
+    "TokenCounter",
+    "as_counter",
+]
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """What the strategies need from a token counter."""
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Tokens one message costs inside a request (its framing included)."""
+        ...
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """Tokens of a whole request: the per-message counts plus any fixed overhead."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a bare string (no message framing)."""
+        ...
+
+
+class CacheInfo(NamedTuple):
+    hits: int
+    misses: int
+    size: int
+    maxsize: int
+
+
+class _CountCache:
+    """A thread-safe LRU map from (message id, fingerprint) to a token count, bounded in entries."""
+
+    __slots__ = ("_data", "_lock", "hits", "maxsize", "misses")
+
+    def __init__(self, maxsize: int) -> None:
+        if maxsize < 1:
+            raise ValueError(f"cache_size must be >= 1, got {maxsize}")
+        self._data: OrderedDict[tuple[str | None, int], int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[str | None, int]) -> int | None:
+        with self._lock:
+            value = self._data.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: tuple[str | None, int], value: int) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.hits = self.misses = 0
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            return CacheInfo(self.hits, self.misses, len(self._data), self.maxsize)
+
+
+class _CachedCounter:
+    """Shared machinery: the cache, ``count_messages`` and the counting contract.
+
+    Subclasses implement ``_count(message)`` (uncached) and ``count_text``; they may set
+    ``request_overhead``. ``is_blocking`` tells the async driver that counting may do I/O and
+    should run in a worker thread.
+    """
+
+    request_overhead: int = 0
+    is_blocking: bool = False
+
+    def __init__(self, *, cache_size: int = 65_536) -> None:
+        self._cache = _CountCache(cache_size)
+
+    def _count(self, message: BaseMessage) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def count_text(self, text: str) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def count_message(self, message: BaseMessage) -> int:
+        key = (message.id, fingerprint(message))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        value = self._count(message)
+        if value < 0:
+            raise ValueError(f"{type(self).__name__} counted {value} tokens for a message")
+        self._cache.put(key, value)
+        return value
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        return self.request_overhead + sum(self.count_message(m) for m in messages)
+
+    def cache_info(self) -> CacheInfo:
+        """Hits, misses and size of this counter's count cache."""
+        return self._cache.info()
+
+    def cache_clear(self) -> None:
+        self._cache.clear()
+
+
+# --------------------------------------------------------------------------------------------
+# tiktoken
+
+
+def _openai_role(message: BaseMessage) -> str:
+    if isinstance(message, ChatMessage):
+        return message.role
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, SystemMessage):
+        return str(message.additional_kwargs.get("__openai_role__", "system"))
+    if isinstance(message, ToolMessage):
+        return "tool"
+    if isinstance(message, FunctionMessage):
+        return "function"
+    return message.type
+
+
+def _image_size_from_data_url(url: str) -> tuple[int, int] | None:
+    """Width and height of a base64 PNG, GIF or JPEG data URL, read from its header only."""
+    if not url.startswith("data:image") or "," not in url:
+        return None
+    try:
+        head = base64.b64decode(url.split(",", 1)[1][:65_536] + "==", validate=False)
+    except (ValueError, TypeError):
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
+        w, h = struct.unpack(">II", head[16:24])
+        return int(w), int(h)
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        w, h = struct.unpack("<HH", head[6:10])
+        return int(w), int(h)
+    if head[:2] == b"\xff\xd8":
+        i = 2
+        while i + 9 < len(head):
+            if head[i] != 0xFF:
+                i += 1
+                continue
+            marker = head[i + 1]
+            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE):
+                h, w = struct.unpack(">HH", head[i + 5 : i + 9])
+                return int(w), int(h)
+            (length,) = struct.unpack(">H", head[i + 2 : i + 4])
+            i += 2 + length
+    return None
+
+
+def openai_image_tokens(width: int, height: int) -> int:
+    """OpenAI's high-detail image cost: fit in 2048x2048, shortest side to 768, then 170 tokens
+    per 512-pixel tile plus 85."""
+    if width > 2048 or height > 2048:
+        if width > height:
+            height, width = (height * 2048) // width, 2048
+        else:
+            width, height = (width * 2048) // height, 2048
+    if width > 768 and height > 768:
+        if width > height:
+            width, height = (width * 768) // height, 768
+        else:
+            height, width = (height * 768) // width, 768
+    return 170 * math.ceil(height / 512) * math.ceil(width / 512) + 85
+
+
+class TiktokenCounter(_CachedCounter):
+    """Exact OpenAI chat-format counting with tiktoken.
+
+    Follows the same accounting as ``ChatOpenAI.get_num_tokens_from_messages`` (and agrees with it
+    on text and tool messages): 3 tokens of framing per message, the role, the content, the name
+    (+1), each tool call's function name and JSON arguments, 3 tokens for a ``tool_call_id``, and 3
+    tokens per request to prime the reply.
+
+    Images: ``detail="low"`` costs 85; otherwise OpenAI's tile rule when the size is known (a PNG,
+    GIF or JPEG data URL, or ``width``/``height`` keys on the block); otherwise
+    ``default_image_tokens`` (765, the cost of a 1024x1024 high-detail image). Blocks OpenAI drops
+    before sending (``thinking``, ``tool_use``, ``reasoning_content``) cost nothing; other unknown
+    blocks are counted as their JSON text, which errs on the side of keeping within budget.
+    """
+
+    def __init__(
+        self,
+        model: str | None = "gpt-4o",
+        *,
+        encoding: str | None = None,
+        tokens_per_message: int = 3,
+        tokens_per_name: int = 1,
+        reply_priming: int = 3,
+        default_image_tokens: int = 765,
+        cache_size: int = 65_536,
+    ) -> None:
+        super().__init__(cache_size=cache_size)
+        import tiktoken
+
+        name = encoding
+        try:
+            if name is None:
+                if not model:
+                    raise ValueError("TiktokenCounter needs a model or an encoding name")
+                try:
+                    name = tiktoken.encoding_for_model(model).name
+                except KeyError:
+                    name = (
+                        "o200k_base"
+                        if model.lower().startswith(("gpt-4o", "gpt-4.1", "gpt-5", "gpt-6"))
+                        else "cl100k_base"
+                    )
+            self._encoding = tiktoken.get_encoding(name)
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise TokenizerUnavailableError(
+                f"tiktoken could not load the {name or model!r} encoding ({type(exc).__name__}: "
+                f"{exc}). tiktoken downloads encoding files on first use; on a machine without "
+                "network access, point TIKTOKEN_CACHE_DIR at a directory that already holds them."
+            ) from exc
+        self.model = model
+        self.encoding_name = self._encoding.name
+        self.tokens_per_message = tokens_per_message
+        self.tokens_per_name = tokens_per_name
+        self.request_overhead = reply_priming
+        self.default_image_tokens = default_image_tokens
+
+    def __repr__(self) -> str:
+        return f"TiktokenCounter(model={self.model!r}, encoding={self.encoding_name!r})"
+
+    def count_text(self, text: str) -> int:
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def _image_tokens(self, block: dict[str, Any]) -> int:
+        image = block.get("image_url")
+        detail = image.get("detail") if isinstance(image, dict) else block.get("detail")
+        if detail == "low":
+            return 85
+        width, height = block.get("width"), block.get("height")
+        if isinstance(width, int) and isinstance(height, int):
+            return openai_image_tokens(width, height)
+        url = image.get("url") if isinstance(image, dict) else image
+        if not isinstance(url, str):
+            url = block.get("url") or ""
+            if not url and block.get("base64"):
+                url = f"data:{block.get('mime_type', 'image/png')};base64,{block['base64']}"
+        size = _image_size_from_data_url(url) if isinstance(url, str) else None
+        return openai_image_tokens(*size) if size else self.default_image_tokens
+
+    def _content_tokens(self, content: Any) -> int:
+        if isinstance(content, str):
+            return self.count_text(content) if content else 0
+        total = 0
+        for block in content:
+            if isinstance(block, str):
+                total += self.count_text(block)
+                continue
+            if not isinstance(block, dict):
+                total += self.count_text(repr(block))
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                total += self.count_text(str(block.get("text", "")))
+            elif kind in ("image_url", "image"):
+                total += self._image_tokens(block)
+            elif kind in ("tool_use", "thinking", "reasoning_content", "reasoning"):
+                continue
+            else:
+                total += self.count_text(json.dumps(block, ensure_ascii=False, default=repr))
+        return total
+
+    def _count(self, message: BaseMessage) -> int:
+        tokens = self.tokens_per_message + self.count_text(_openai_role(message))
+        tokens += self._content_tokens(message.content)
+        if isinstance(message, ToolMessage):
+            return tokens + 3  # tool_call_id; OpenAI sends no name on tool messages
+        name = message.name or message.additional_kwargs.get("name")
+        if name:
+            tokens += self.count_text(str(name)) + self.tokens_per_name
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                tokens += self.count_text(call["name"])
+                tokens += self.count_text(json.dumps(call["args"], ensure_ascii=False))
+            for bad in message.invalid_tool_calls:
+                tokens += self.count_text(bad.get("name") or "")
+                tokens += self.count_text(bad.get("args") or "")
+        return tokens
+
+
+# --------------------------------------------------------------------------------------------
+# approximate
+
+
+class ApproximateCounter(_CachedCounter):
+    """Characters-per-token estimate, identical per message to langchain-core's
+    ``count_tokens_approximately`` (which also rounds up per message, so per-message counts add up
+    to its count of the whole list). No tokenizer, no I/O; the default counter."""
+
+    def __init__(
+        self,
+        chars_per_token: float = 4.0,
+        *,
+        extra_tokens_per_message: float = 3.0,
+        count_name: bool = True,
+        tokens_per_image: int = 85,
+        cache_size: int = 65_536,
+    ) -> None:
+        if chars_per_token <= 0:
+            raise ValueError(f"chars_per_token must be > 0, got {chars_per_token}")
+        super().__init__(cache_size=cache_size)
+        self.chars_per_token = chars_per_token
+        self.extra_tokens_per_message = extra_tokens_per_message
+        self.count_name = count_name
+        self.tokens_per_image = tokens_per_image
+
+    def __repr__(self) -> str:
+        return f"ApproximateCounter(chars_per_token={self.chars_per_token})"
+
+    def count_text(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token)
+
+    def _count(self, message: BaseMessage) -> int:
+        return count_tokens_approximately(
+            [message],
+            chars_per_token=self.chars_per_token,
+            extra_tokens_per_message=self.extra_tokens_per_message,
+            count_name=self.count_name,
+            tokens_per_image=self.tokens_per_image,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# any chat model
+
+
+class ChatModelCounter(_CachedCounter):
+    """Delegates to a chat model's ``get_num_tokens_from_messages``, one message at a time, cached.
+
+    This is how Anthropic (whose counter calls the provider's count-tokens endpoint) and other
+    providers are counted. Counting a message alone includes the request's fixed overhead, so the
+    overhead is measured once, on the first message counted, as ``2·n([m]) − n([m, m])`` and
+    subtracted from every per-message count. Counting may do network I/O, so the async drivers run
+    it in a worker thread.
+    """
+
+    is_blocking = True
+
+    def __init__(self, model: BaseLanguageModel[Any], *, cache_size: int = 65_536) -> None:
+        super().__init__(cache_size=cache_size)
+        self.model = model
+        self._overhead: int | None = None
+
+    def __repr__(self) -> str:
+        return f"ChatModelCounter({type(self.model).__name__})"
+
+    def count_text(self, text: str) -> int:
+        return int(self.model.get_num_tokens(text))
+
+    def _measure_overhead(self, message: BaseMessage) -> int:
+        one = int(self.model.get_num_tokens_from_messages([message]))
+        two = int(self.model.get_num_tokens_from_messages([message, message]))
+        return max(0, 2 * one - two)
+
+    def _count(self, message: BaseMessage) -> int:
+        if self._overhead is None:
+            self._overhead = self._measure_overhead(message)
+            self.request_overhead = self._overhead
+        return max(0, int(self.model.get_num_tokens_from_messages([message])) - self._overhead)
+
+
+class CallableCounter(_CachedCounter):
+    """Wraps a plain ``(BaseMessage) -> int`` function; cached like every counter."""
+
+    def __init__(
+        self,
+        fn: Callable[[BaseMessage], int],
+        *,
+        text_fn: Callable[[str], int] | None = None,
+        cache_size: int = 65_536,
+    ) -> None:
+        super().__init__(cache_size=cache_size)
+        self.fn = fn
+        self.text_fn = text_fn
+
+    def __repr__(self) -> str:
+        return f"CallableCounter({getattr(self.fn, '__name__', self.fn)!r})"
+
+    def count_text(self, text: str) -> int:
+        if self.text_fn is not None:
+            return int(self.text_fn(text))
+        return int(self.fn(HumanMessage(content=text)))
+
+    def _count(self, message: BaseMessage) -> int:
+        return int(self.fn(message))
+
+
+CounterLike = TokenCounter | BaseLanguageModel[Any] | Callable[[BaseMessage], int] | str | None
+
+
+def as_counter(spec: CounterLike) -> TokenCounter:
+    """Turn anything the API accepts as a counter into a :class:`TokenCounter`.
+
+    * ``None`` or ``"approximate"``: :class:`ApproximateCounter`;
+    * a tiktoken encoding name (``"o200k_base"``) or an OpenAI model name (``"gpt-4o"``):
+      :class:`TiktokenCounter`;
+    * a LangChain chat model: :class:`ChatModelCounter`;
+    * a callable ``(BaseMessage) -> int``: :class:`CallableCounter`;
+    * anything implementing :class:`TokenCounter`: used as is.
+    """
+    if spec is None:
+        return ApproximateCounter()
+    if isinstance(spec, str):
+        if spec == "approximate":
+            return ApproximateCounter()
+        import tiktoken
+
+        if spec in tiktoken.list_encoding_names():
+            return TiktokenCounter(model=None, encoding=spec)
+        return TiktokenCounter(model=spec)
+    if isinstance(spec, BaseLanguageModel):
+        return ChatModelCounter(spec)
+    if isinstance(spec, TokenCounter):
+        return spec
+    if callable(spec):
+        return CallableCounter(spec)
+    raise TypeError(
+        f"cannot use {type(spec).__name__} as a token counter: pass a TokenCounter, a chat model, "
+        "a callable (BaseMessage) -> int, a model or encoding name, or 'approximate'"
+    )
