@@ -233,8 +233,13 @@ def plan_cut(
     t = 0
     while walk.cum_size[t] < config.min_messages and walk.has(t + 1):
         t += 1
-    if anchor is None or h <= t + 1:
-        # head and tail touch: one contiguous required run, which must start on a leading unit
+    if (
+        anchor is None
+        or h <= t + 1
+        or _fits(walk.cum_tokens[anchor], walk.cum_size[anchor], hi, config.max_messages)
+    ):
+        # head and tail touch, or everything from the head to the end fits: one contiguous
+        # required run, which must start on a leading unit
         floor = 0 if anchor is None else anchor
         t, anchor = max(t, floor), None
         u = t
@@ -274,23 +279,18 @@ def plan_cut(
                     best = c
             selected = list(range(best + 1))
     else:
-        # the head is not adjacent to the tail: contiguous only if the whole run fits
-        a = anchor
-        if walk.has(a) and _fits(walk.cum_tokens[a], walk.cum_size[a], hi, config.max_messages):
-            selected = list(range(a + 1))
-            anchor = None
-        else:
-            g = t
-            head_tokens = sum(walk.units[p].tokens for p in head)
-            head_size = sum(walk.units[p].size for p in head)
-            while g + 1 < h and _fits(
-                walk.cum_tokens[g + 1] + head_tokens,
-                walk.cum_size[g + 1] + head_size,
-                hi,
-                config.max_messages,
-            ):
-                g += 1
-            selected = [*range(g + 1), *head]
+        # gap: the head, then the newest units that fit after it
+        g = t
+        head_tokens = sum(walk.units[p].tokens for p in head)
+        head_size = sum(walk.units[p].size for p in head)
+        while g + 1 < h and _fits(
+            walk.cum_tokens[g + 1] + head_tokens,
+            walk.cum_size[g + 1] + head_size,
+            hi,
+            config.max_messages,
+        ):
+            g += 1
+        selected = [*range(g + 1), *head]
 
     # -- build the view ----------------------------------------------------------------------------
     chosen = sorted(set(selected), reverse=True)  # oldest first

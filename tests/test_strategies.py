@@ -308,3 +308,16 @@ def test_sliding_window_keeps_the_newest_human_even_in_a_long_tool_loop() -> Non
 def test_sliding_window_with_a_token_budget_too() -> None:
     result = SlidingWindow(10, max_tokens=27, counter=W()).apply(HISTORY)
     assert ids(result.messages) == ["sys", "h2", "a2", "h3"]
+
+
+def test_tool_rounds_after_the_newest_human_do_not_shrink_a_view_that_fits() -> None:
+    # regression: the newest human followed by two tool rounds used to cut the view at that
+    # human even though the whole history fitted
+    history = [S(), H(3, "h1"), A(3, "a1"), H(3, "h2"), call("c1", "k1"), res("k1", 3)]
+    history += [call("c2", "k2"), res("k2", 3)]
+    for strategy in (TokenBudget(100, counter=W()), TokenBudget(100, target_tokens=50, counter=W())):
+        assert strategy.apply(history).messages == history
+    held = TokenBudget(100, target_tokens=50, counter=W())
+    state = held.apply(history[:4]).state
+    result = held.apply(history, state)
+    assert result.messages == history and result.report.prefix_kept

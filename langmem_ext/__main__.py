@@ -1,0 +1,5 @@
+import sys
+
+from langmem_ext.cli import main
+
+sys.exit(main())
