@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _demo(args)
-    except LangmemExtError as exc:
+    except (LangmemExtError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,55 @@
+"""The README's main job: `python -m langmem_ext demo` runs offline with no API key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from langmem_ext.cli import main, shape
+
+
+def test_demo_runs_offline_without_api_keys_in_a_fresh_process() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    done = subprocess.run(
+        [sys.executable, "-m", "langmem_ext", "demo", "--messages", "200", "--every", "25"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "over budget: 0" in done.stdout
+    assert "provider-invalid views: 0" in done.stdout
+    assert "model calls:" in done.stdout
+
+
+def test_demo_with_exact_tiktoken_counting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--messages", "150", "--counter", "gpt-4o", "--every", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "TiktokenCounter(model='gpt-4o', encoding='o200k_base')" in out
+    assert "over budget: 0" in out
+
+
+def test_demo_reports_configuration_errors_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--max-tokens", "100", "--target-tokens", "200"]) == 2
+    assert "error: target_tokens (200) must not exceed max_tokens (100)" in capsys.readouterr().err
+    assert main(["demo", "--messages", "1"]) == 0
+    assert "no model calls" in capsys.readouterr().out
+
+
+def test_shape_draws_a_view() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    view = [
+        SystemMessage("s"),
+        HumanMessage("h"),
+        AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "1"}]),
+        ToolMessage("r", tool_call_id="1"),
+        AIMessage("a"),
+    ]
+    assert shape(view) == "SHcTA"
+    assert shape(view * 10, limit=10) == "SHc…ASHcTA"
