@@ -76,8 +76,8 @@ class Unit:
     synthesized: tuple[tuple[int, str], ...] = ()
     #: (index of the AIMessage, tool_call_id) for calls of the trailing message still in flight
     in_flight: tuple[tuple[int, str], ...] = ()
-    #: input indices left out, with why
-    dropped: tuple[tuple[int, Literal["orphan", "duplicate"]], ...] = ()
+    #: input indices left out, with why ("cut": left out by a strategy, see plan.py)
+    dropped: tuple[tuple[int, Literal["orphan", "duplicate", "cut"]], ...] = ()
     #: results were moved to follow their call directly
     reordered: bool = False
 
@@ -228,10 +228,18 @@ def iter_units_reverse(
                     break
             j -= 1
         if lo < 0:
+            # some result has no call before it: mark exactly the results whose call was not
+            # made earlier (a result that came before its call is an orphan too), then retry
+            made: set[str] = set()
             for k in range(start, hi):
                 mk = messages[k]
-                if k not in skip and isinstance(mk, ToolMessage) and mk.tool_call_id in need:
-                    skip.add(k)
+                if k in skip:
+                    continue
+                if isinstance(mk, ToolMessage):
+                    if mk.tool_call_id not in made:
+                        skip.add(k)
+                else:
+                    made.update(tool_call_ids(mk))
             continue
         yield _tool_unit(messages, lo, hi, skip, trailing=hi == total)
         hi = lo
@@ -313,7 +321,7 @@ def validate(messages: Sequence[BaseMessage]) -> list[Finding]:
             if why == "orphan":
                 detail = f"ToolMessage answers tool_call_id {call!r}, which no earlier call made"
                 findings.append(Finding("orphan_tool_result", index, detail, call))
-            else:
+            elif why == "duplicate":
                 detail = f"second result for tool_call_id {call!r}"
                 findings.append(Finding("duplicate_tool_result", index, detail, call))
         for index, call in unit.synthesized:
@@ -383,7 +391,10 @@ def repair(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         ensure_message(m, i)
     systems = [m for m in messages if isinstance(m, SystemMessage)]
     body = [m for m in messages if not isinstance(m, SystemMessage)]
-    units = split_units(body)
+    fixed = [m for unit in split_units(body) for m in unit.messages]
+    # the unit repairs moved every result next to its call, so the fixed body splits into
+    # clean units; a human message that sat inside a tool round now leads its own unit
+    units = split_units(fixed)
     first_human = next((k for k, u in enumerate(units) if u.kind == "human"), None)
     if first_human is not None:
         units = units[first_human:]

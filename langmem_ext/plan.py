@@ -139,6 +139,16 @@ class _Walk:
             self.cum_size.append((self.cum_size[-1] if self.cum_size else 0) + len(unit.messages))
         return pos < len(self.units)
 
+    def replace(self, pos: int, unit: Unit) -> None:
+        """Put a changed unit (clipped, shortened) at ``pos`` and fix the running sums."""
+        old = self.units[pos]
+        tokens = sum(self.count(m) for m in unit.messages)
+        d_tokens, d_size = tokens - old.tokens, len(unit.messages) - old.size
+        self.units[pos] = _Costed(unit, tokens, len(unit.messages))
+        for q in range(pos, len(self.units)):
+            self.cum_tokens[q] += d_tokens
+            self.cum_size[q] += d_size
+
 
 def _fits(tokens: int, size: int, limit: int | None, max_messages: int | None) -> bool:
     return (limit is None or tokens <= limit) and (max_messages is None or size <= max_messages)
@@ -224,6 +234,20 @@ def plan_cut(
         while walk.has(a) and not leads(walk.units[a].unit, start_on):
             a += 1
         anchor = a if walk.has(a) else h
+    if anchor is not None and start_on == "human" and not leads(walk.units[anchor].unit, "human"):
+        # no human-led unit at all: the newest human message sits inside a tool round. The
+        # unit's repaired order puts every result right after its call, so the part from that
+        # human message on is itself valid: start the view there
+        unit = walk.units[anchor].unit
+        first = next(i for i, m in enumerate(unit.messages) if isinstance(m, HumanMessage))
+        span = {id(messages[k]): k for k in range(unit.start, unit.stop)}
+        omitted: tuple[tuple[int, Literal["cut"]], ...] = tuple(
+            (span[id(m)], "cut") for m in unit.messages[:first] if id(m) in span
+        )
+        shorter = replace(
+            unit, messages=unit.messages[first:], kind="human", dropped=unit.dropped + omitted
+        )
+        walk.replace(anchor, shorter)
     if anchor is None or not leads(walk.units[anchor].unit, start_on):
         start_on = "any"  # no human-led unit anywhere: the rule cannot hold, use unit boundaries
         if anchor is None:
@@ -294,21 +318,23 @@ def plan_cut(
 
     # -- build the view ----------------------------------------------------------------------------
     chosen = sorted(set(selected), reverse=True)  # oldest first
-    strays = [walk.units[p].unit.messages[0] for p in chosen if walk.units[p].unit.kind == "system"]
+    strays: list[SystemMessage] = []  # system messages later in the history
     body: list[BaseMessage] = []
     kept_inputs = 0
     repaired = False
     for p in chosen:
-        costed = walk.units[p]
-        unit = costed.unit
+        unit = walk.units[p].unit
         kept_inputs += unit.size - len(unit.dropped)
         repaired = repaired or unit.repaired
-        if unit.kind != "system":
-            body.extend(unit.messages)
+        for m in unit.messages:
+            if isinstance(m, SystemMessage):
+                strays.append(m)
+            else:
+                body.append(m)
     leading: list[BaseMessage] = []
     if config.keep_system and (system is not None or strays):
         parts = ([system] if system is not None else []) + strays
-        leading = [merge_system_messages(parts)]  # type: ignore[arg-type]
+        leading = [merge_system_messages(parts)]
         repaired = repaired or bool(strays)
     elif strays:
         kept_inputs -= len(strays)
@@ -316,7 +342,12 @@ def plan_cut(
         kept_inputs += 1
     view = leading + body
 
-    total = counter.count_messages(view)
+    # the walk already summed every kept message (clips included); only stray system messages
+    # (merged into the first, or dropped) make the view differ from what the walk counted
+    if strays:
+        total = counter.count_messages(view)
+    else:
+        total = fixed + sum(walk.units[p].tokens for p in chosen)
     if max_view is not None and total > max_view:
         # only reachable when merging stray system messages cost more than the parts: drop them
         view = ([system] if system is not None else []) + body
@@ -454,11 +485,9 @@ def _overflow(
         if after >= before:
             continue
         p, i = slot
-        costed = walk.units[p]
-        unit_messages = list(costed.unit.messages)
+        unit_messages = list(walk.units[p].unit.messages)
         unit_messages[i] = new
-        costed.unit = replace(costed.unit, messages=tuple(unit_messages))
-        costed.tokens -= before - after
+        walk.replace(p, replace(walk.units[p].unit, messages=tuple(unit_messages)))
         excess -= before - after
         clipped.append(stable_key(original))
     if excess > 0:

@@ -5,8 +5,9 @@ BPE files at first use. tiktoken looks in ``$TIKTOKEN_CACHE_DIR/<sha1 of the dow
 before downloading; we put the files there. Only tests, benchmarks and the offline demo call this:
 the library itself uses tiktoken normally.
 
-The download URL and expected hash are read from tiktoken's own encoding registry (by intercepting
-the loader), so nothing here hard-codes them and a tiktoken upgrade that moves the files still works.
+The download URL and expected hash are read from tiktoken's own encoding registry (by
+intercepting the loader), so nothing here hard-codes them and a tiktoken upgrade that moves the
+files still works.
 
 Usage: ``python scripts/seed_tiktoken.py [CACHE_DIR]`` or ``seed(cache_dir)`` from Python.
 """

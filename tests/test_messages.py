@@ -161,3 +161,27 @@ def test_clip_message_keeps_the_longest_prefix_that_fits() -> None:
     assert clipped_blocks.content[1] == {"type": "image_url", "image_url": {"url": "u"}}
     assert "clipped by langmem_ext" in clipped_blocks.content[0]["text"]  # type: ignore[index]
     assert clip_message(AIMessage(""), 5, lambda m: 10) is None  # nothing to clip
+
+
+def test_a_result_that_came_before_its_call_is_the_orphan_not_the_real_one() -> None:
+    # regression: the real result at index 3 used to be dropped with the stray ones
+    history = [
+        HumanMessage("q"),
+        result("c1", "early"),
+        call("c1"),
+        result("c1", "real result"),
+        result("g", "ghost"),
+    ]
+    assert [(f.kind, f.index) for f in validate(history)] == [
+        ("orphan_tool_result", 1),
+        ("orphan_tool_result", 4),
+    ]
+    assert [m.content for m in repair(history)] == ["q", "", "real result"]
+
+
+def test_repair_when_the_only_human_message_sat_inside_a_tool_round() -> None:
+    # regression: repair returned [AI, Tool, Human] (first_not_human) and was not idempotent
+    history = [call("c0"), HumanMessage("q", id="q"), result("c0")]
+    fixed = repair(history)
+    assert [m.id for m in fixed] == ["q"]
+    assert validate(fixed) == [] and repair(fixed) == fixed

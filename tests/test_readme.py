@@ -42,7 +42,7 @@ def test_readme_examples_run_and_print_what_they_claim() -> None:
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+            exec(compile(code, str(README), "exec"), namespace)
         printed = buffer.getvalue()
         for line in expected_lines(code):
             expected = line.split("<-")[0].strip()

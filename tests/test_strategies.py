@@ -6,6 +6,7 @@ The counter here is one token per word (at least 1 per message), so every number
 from __future__ import annotations
 
 import copy
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ def words(message: BaseMessage) -> int:
     return max(1, len(str(message.content).split()))
 
 
-def W(**kwargs: Any) -> CallableCounter:  # noqa: N802 - reads like a constant in tests
+def W(**kwargs: Any) -> CallableCounter:
     return CallableCounter(words, **kwargs)
 
 
@@ -34,15 +35,15 @@ def text(n: int, tag: str = "w") -> str:
     return " ".join(f"{tag}{i}" for i in range(n))
 
 
-def H(n: int, mid: str) -> HumanMessage:  # noqa: N802
+def H(n: int, mid: str) -> HumanMessage:
     return HumanMessage(text(n, mid), id=mid)
 
 
-def A(n: int, mid: str) -> AIMessage:  # noqa: N802
+def A(n: int, mid: str) -> AIMessage:
     return AIMessage(text(n, mid), id=mid)
 
 
-def S(n: int = 2) -> SystemMessage:  # noqa: N802
+def S(n: int = 2) -> SystemMessage:
     return SystemMessage(text(n, "sys"), id="sys")
 
 
@@ -158,7 +159,7 @@ def test_hysteresis_keeps_the_cut_until_max_then_cuts_down_to_target() -> None:
     assert kept[:4] == [False, True, True, False] and kept[4] is True
     assert starts[4] == "h2" and sizes[4] == 47  # the cut holds while under max_tokens
     assert all(s <= 60 for s in sizes)
-    changes = sum(1 for a, b in zip(starts, starts[1:], strict=False) if a != b)
+    changes = sum(1 for a, b in pairwise(starts) if a != b)
     assert changes == 5  # once every second turn, instead of every turn
     without = TokenBudget(60, counter=W())
     moving, state = [], None
@@ -238,7 +239,7 @@ async def test_aapply_gives_the_same_result_as_apply() -> None:
 def test_configuration_errors_say_what_is_wrong() -> None:
     with pytest.raises(ValueError, match=r"target_tokens \(90\) must not exceed max_tokens \(80\)"):
         TokenBudget(80, target_tokens=90)
-    with pytest.raises(ValueError, match="reserve_tokens .* leaves nothing"):
+    with pytest.raises(ValueError, match=r"reserve_tokens .* leaves nothing"):
         TokenBudget(100, reserve_tokens=100)
     with pytest.raises(ValueError, match="safety_margin must be in"):
         TokenBudget(100, safety_margin=1.0)
@@ -315,9 +316,33 @@ def test_tool_rounds_after_the_newest_human_do_not_shrink_a_view_that_fits() -> 
     # human even though the whole history fitted
     history = [S(), H(3, "h1"), A(3, "a1"), H(3, "h2"), call("c1", "k1"), res("k1", 3)]
     history += [call("c2", "k2"), res("k2", 3)]
-    for strategy in (TokenBudget(100, counter=W()), TokenBudget(100, target_tokens=50, counter=W())):
+    plain, held = TokenBudget(100, counter=W()), TokenBudget(100, target_tokens=50, counter=W())
+    for strategy in (plain, held):
         assert strategy.apply(history).messages == history
-    held = TokenBudget(100, target_tokens=50, counter=W())
     state = held.apply(history[:4]).state
     result = held.apply(history, state)
     assert result.messages == history and result.report.prefix_kept
+
+
+def test_a_system_message_inside_a_tool_round_is_merged_into_the_first() -> None:
+    # regression: it used to stay in the middle of the view
+    history = [S(), H(1, "q"), call("c", "k"), SystemMessage("be brief", id="late"), res("k", 1)]
+    view = TokenBudget(1000, counter=W()).apply(history).messages
+    assert [type(m).__name__ for m in view] == [
+        "SystemMessage",
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+    ]
+    assert view[0].content == "sys0 sys1\n\nbe brief" and validate(view) == []
+    result = TokenBudget(1000, counter=W(), keep_system=False).apply(history)
+    assert ids(result.messages) == ["q", "c", "t-k"]
+    assert result.report.tokens_after == W().count_messages(result.messages)
+
+
+def test_the_only_human_message_inside_a_tool_round_starts_the_view() -> None:
+    history = [call("c", "k"), H(2, "q"), res("k", 2), A(2, "a")]
+    result = TokenBudget(1000, counter=W()).apply(history)
+    assert ids(result.messages) == ["q", "a"]
+    assert validate(result.messages) == []
+    assert result.report.messages_dropped == 2

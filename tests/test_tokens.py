@@ -20,6 +20,7 @@ from langchain_core.messages import (
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_openai import ChatOpenAI
+from pydantic import Field
 
 from langmem_ext import (
     ApproximateCounter,
@@ -170,7 +171,7 @@ class CountingChatModel(BaseChatModel):
     """A chat model whose provider-side count is 2 tokens per word + 5 per request."""
 
     calls: int = 0
-    threads: list[str] = []
+    threads: list[str] = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
@@ -202,7 +203,7 @@ def test_chat_model_counter_subtracts_request_overhead_and_caches() -> None:
 
 
 async def test_aapply_runs_a_blocking_counter_off_the_event_loop() -> None:
-    model = CountingChatModel(threads=[])
+    model = CountingChatModel()
     strategy = TokenBudget(100, counter=model)
     assert isinstance(strategy.counter, ChatModelCounter)
     result = await strategy.aapply([HumanMessage("hello there", id="h")])

@@ -1,0 +1,200 @@
+"""Entry point: ``python -m bench [--quick] [--out DIR] [--seed N]``.
+
+:func:`run_benchmark` is the core (a config in, a JSON-ready dict out); :func:`render_markdown`
+and :func:`write_results` turn it into ``<out>/latest.md`` and ``<out>/latest.json`` (``quick.*``
+for ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench.env import ROOT, load_average, machine_info, seed_tiktoken
+
+__all__ = ["FULL", "QUICK", "BenchConfig", "main", "run_benchmark", "write_results"]
+
+DEFAULT_OUT = ROOT / "bench" / "results"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    mode: str
+    sizes: tuple[int, ...]
+    budget: int
+    seed: int
+    seconds_per_cell: float
+    min_reps: int
+    max_reps: int
+    warm_calls: int
+    loop_n: int
+    loop_reps: int
+    hysteresis: tuple[tuple[int, int], ...]
+    headline_hysteresis: tuple[int, int]
+    counter_check_messages: int
+
+
+FULL = BenchConfig(
+    mode="full",
+    sizes=(100, 1_000, 10_000),
+    budget=8_000,
+    seed=0,
+    seconds_per_cell=2.5,
+    min_reps=7,
+    max_reps=51,
+    warm_calls=51,
+    loop_n=2_000,
+    loop_reps=5,
+    hysteresis=((8_000, 4_000), (16_000, 8_000), (32_000, 16_000)),
+    headline_hysteresis=(16_000, 8_000),
+    counter_check_messages=1_000,
+)
+
+QUICK = replace(
+    FULL,
+    mode="quick",
+    sizes=(100, 1_000),
+    seconds_per_cell=0.1,
+    min_reps=1,
+    max_reps=3,
+    warm_calls=5,
+    loop_n=300,
+    loop_reps=1,
+    counter_check_messages=200,
+)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_benchmark(
+    config: BenchConfig, log: Callable[[str], None] = _log, command: str = ""
+) -> dict[str, Any]:
+    """Run sections A-D under ``config``; returns the results (JSON-ready, targets evaluated)."""
+    seed_tiktoken()  # before anything loads a tiktoken encoding
+    from bench.counters import check_equivalence
+    from bench.loop import LoopSettings, run_loop
+    from bench.report import evaluate_targets
+    from bench.static import StaticSettings, run_static
+    from langmem_ext.testing import synthetic_history
+
+    started = time.perf_counter()
+    load_at_start = load_average()
+    started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    checked = check_equivalence(synthetic_history(config.counter_check_messages, seed=config.seed))
+    log(f"[bench] {config.mode} run; exact counter matches TiktokenCounter on {checked} messages")
+    log("[bench] A. static histories")
+    static = run_static(
+        StaticSettings(
+            sizes=config.sizes,
+            budget=config.budget,
+            seed=config.seed,
+            seconds_per_cell=config.seconds_per_cell,
+            min_reps=config.min_reps,
+            max_reps=config.max_reps,
+            warm_calls=config.warm_calls,
+        ),
+        log,
+    )
+    log("[bench] B-D. agent loop")
+    loop = run_loop(
+        LoopSettings(
+            n=config.loop_n,
+            seed=config.seed,
+            reps=config.loop_reps,
+            budget=config.budget,
+            hysteresis=config.hysteresis,
+            headline_hysteresis=config.headline_hysteresis,
+        ),
+        log,
+    )
+    results: dict[str, Any] = {
+        "meta": {
+            "mode": config.mode,
+            "started_utc": started_utc,
+            "command": command or "python -m bench",
+            "config": asdict(config),
+            "machine": machine_info(),
+            "load_average_start": load_at_start,
+            "counter_check_messages": checked,
+            "json_name": "",
+        },
+        "static": static,
+        "loop": loop,
+    }
+    results["targets"] = evaluate_targets(results)
+    results["meta"]["runtime_s"] = time.perf_counter() - started
+    results["meta"]["load_average_end"] = load_average()
+    return results
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 4 significant digits, so the committed JSON stays small and diffs stay readable."""
+    if isinstance(value, float):
+        if value == 0.0 or not math.isfinite(value):
+            return value
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """Write ``<stem>.md`` and ``<stem>.json`` into ``out_dir`` (atomically, via ``*.tmp``)."""
+    from bench.report import render_markdown
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md_path, json_path = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+    results["meta"]["json_name"] = json_path.name
+    payloads = {
+        md_path: render_markdown(results),
+        json_path: json.dumps(_rounded(results), indent=1, ensure_ascii=False) + "\n",
+    }
+    for path, text in payloads.items():
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return md_path, json_path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark langmem_ext's TokenBudget against langchain-core's trim_messages.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: n = 100 and 1,000, a 300-message loop, 1 repetition (~30 s)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"directory for the results (default: {DEFAULT_OUT.relative_to(ROOT)})",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed for every history (0)")
+    args = parser.parse_args(argv)
+    config = QUICK if args.quick else FULL
+    if args.seed is not None:
+        config = replace(config, seed=args.seed)
+    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
+    results = run_benchmark(config, command=command)
+    md_path, json_path = write_results(
+        results, args.out, "latest" if config.mode == "full" else "quick"
+    )
+    print(md_path.read_text(encoding="utf-8"))
+    _log(f"[bench] wrote {md_path} and {json_path} in {results['meta']['runtime_s']:.0f} s")
+    return 0
