@@ -5,11 +5,23 @@ retrieve so that every request is valid for the provider and within budget.
 """
 
 from langmem_ext.engine import Strategy
-from langmem_ext.errors import ContextOverflowError, LangmemExtError, TokenizerUnavailableError
+from langmem_ext.errors import (
+    ContextOverflowError,
+    LangmemExtError,
+    MemoryBudgetExceeded,
+    TokenizerUnavailableError,
+)
 from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
 from langmem_ext.result import MemoryReport, MemoryResult
 from langmem_ext.state import MemoryState
-from langmem_ext.strategies import SlidingWindow, TokenBudget
+from langmem_ext.strategies import (
+    Compacting,
+    SlidingWindow,
+    SummaryBuffer,
+    TieredSummary,
+    TokenBudget,
+)
+from langmem_ext.summarize import Summarizer, SummarizerError
 from langmem_ext.tokens import (
     ApproximateCounter,
     CallableCounter,
@@ -25,14 +37,20 @@ __all__ = [
     "ApproximateCounter",
     "CallableCounter",
     "ChatModelCounter",
+    "Compacting",
     "ContextOverflowError",
     "Finding",
     "LangmemExtError",
+    "MemoryBudgetExceeded",
     "MemoryReport",
     "MemoryResult",
     "MemoryState",
     "SlidingWindow",
     "Strategy",
+    "Summarizer",
+    "SummarizerError",
+    "SummaryBuffer",
+    "TieredSummary",
     "TiktokenCounter",
     "TokenBudget",
     "TokenCounter",

@@ -1,56 +1,150 @@
 """The drivers: one sync and one async entry point around the same pure plan.
 
-A strategy is a configuration; :class:`Strategy` turns ``apply`` / ``aapply`` into a call of its
-plan with a coerced state. Planning is CPU-only for every local counter, so ``aapply`` runs it
-inline; when the counter may do network I/O (``is_blocking``, e.g. a chat model's provider-side
-token counting), ``aapply`` runs the same plan in a worker thread so the event loop never blocks.
+A strategy's plan is a generator (:mod:`langmem_ext.fold`): it yields a
+:class:`~langmem_ext.fold.FoldRequest` when it needs the summarizer and returns the
+:class:`~langmem_ext.result.MemoryResult`. ``apply`` fulfils requests with ``Summarizer.fold``,
+``aapply`` with ``Summarizer.afold``; nothing else differs. A plan that needs no summarizer
+(TokenBudget, SlidingWindow) simply never yields.
+
+Planning is CPU-only for every local counter, so ``aapply`` runs it inline; when the counter may
+do network I/O (``is_blocking``, e.g. a chat model's provider-side token counting), ``aapply``
+runs the plan's steps in a worker thread so the event loop never blocks.
+
+The state passed in is never changed (it is frozen): a failed or cancelled call leaves the
+caller's state exactly as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from langmem_ext.fold import FoldOutcome, FoldRequest
 from langmem_ext.result import MemoryResult
-from langmem_ext.state import MemoryState
+from langmem_ext.state import Health, MemoryState
+from langmem_ext.summarize import Summarizer
 from langmem_ext.tokens import TokenCounter
 
-__all__ = ["StateLike", "Strategy"]
+__all__ = ["Plan", "StateLike", "Strategy", "finished"]
+
+logger = logging.getLogger("langmem_ext")
 
 StateLike = MemoryState | dict[str, Any] | None
+Plan = Generator[FoldRequest, FoldOutcome, MemoryResult]
+SummaryCallback = Callable[[Mapping[str, str], Mapping[str, str]], Any]
+HealthCallback = Callable[[Health, Health], Any]
+
+
+def finished(compute: Callable[..., MemoryResult], *args: Any) -> Plan:
+    """A plan that needs no summarizer: ``compute(*args)``, run when the driver first steps the
+    plan (so in the worker thread when counting blocks), returned without yielding."""
+    return compute(*args)
+    yield  # pragma: no cover - makes this function a generator
 
 
 class Strategy(ABC):
     """Base of every strategy: ``apply`` / ``aapply`` over one pure ``_plan``."""
 
     counter: TokenCounter
+    summarizer: Summarizer | None = None
+    on_summary_updated: SummaryCallback | None = None
+    on_health_changed: HealthCallback | None = None
+    #: where ``now`` comes from (the plan reads no clock itself); replace it in tests
+    clock: Callable[[], float] = staticmethod(time.time)
 
     @abstractmethod
-    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState) -> MemoryResult:
-        """Pure: the view, next state and report. Never mutates ``messages``."""
+    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
+        """Pure: the view, next state and report, yielding fold requests. Never mutates."""
+
+    # -- sync -------------------------------------------------------------------------------------
+
+    def _fold(self, request: FoldRequest) -> FoldOutcome:
+        if self.summarizer is None:  # pragma: no cover - a plan only asks when it has one
+            raise RuntimeError(f"{type(self).__name__} asked to fold without a summarizer")
+        try:
+            return FoldOutcome(self.summarizer.fold(request.previous, request.messages))
+        except Exception as error:  # any failure: the plan keeps everything unfolded
+            logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
+            return FoldOutcome(error=error)
 
     def apply(self, messages: Sequence[BaseMessage], state: StateLike = None) -> MemoryResult:
         """The view the model should see for ``messages``, the state for the next call, a report.
 
         ``state`` is the ``result.state`` of the previous call (or its ``to_dict()``, as stored in
         a checkpoint), or ``None`` on the first call. Passing it back is what makes a turn cost
-        O(new messages) and what keeps a hysteresis cut in place.
+        O(new messages), keeps a hysteresis cut in place and carries the running summary.
         """
-        return self._plan(_as_sequence(messages), MemoryState.coerce(state))
+        before = MemoryState.coerce(state)
+        plan = self._plan(_as_sequence(messages), before, self.clock())
+        request, result = _advance(plan, None)
+        while result is None:
+            assert request is not None
+            request, result = _advance(plan, self._fold(request))
+        self._notify(before, result.state)
+        return result
+
+    # -- async ------------------------------------------------------------------------------------
+
+    async def _afold(self, request: FoldRequest) -> FoldOutcome:
+        if self.summarizer is None:  # pragma: no cover
+            raise RuntimeError(f"{type(self).__name__} asked to fold without a summarizer")
+        try:
+            return FoldOutcome(await self.summarizer.afold(request.previous, request.messages))
+        except Exception as error:
+            logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
+            return FoldOutcome(error=error)
 
     async def aapply(
         self, messages: Sequence[BaseMessage], state: StateLike = None
     ) -> MemoryResult:
-        """Async :meth:`apply`. Same plan; off the event loop when the counter does I/O."""
-        seq = _as_sequence(messages)
-        coerced = MemoryState.coerce(state)
-        if getattr(self.counter, "is_blocking", False):
-            return await asyncio.to_thread(self._plan, seq, coerced)
-        return self._plan(seq, coerced)
+        """Async :meth:`apply`: the same plan; the summarizer is awaited, and counting runs off
+        the event loop when the counter does I/O. Cancelling it leaves ``state`` untouched."""
+        before = MemoryState.coerce(state)
+        plan = self._plan(_as_sequence(messages), before, self.clock())
+        blocking = bool(getattr(self.counter, "is_blocking", False))
+
+        async def step(value: FoldOutcome | None) -> tuple[FoldRequest | None, MemoryResult | None]:
+            if blocking:
+                return await asyncio.to_thread(_advance, plan, value)
+            return _advance(plan, value)
+
+        request, result = await step(None)
+        while result is None:
+            assert request is not None
+            request, result = await step(await self._afold(request))
+        self._notify(before, result.state)
+        return result
+
+    # -- callbacks --------------------------------------------------------------------------------
+
+    def _notify(self, before: MemoryState, after: MemoryState) -> None:
+        """Tell the callbacks what changed; an exception in a callback never breaks the turn."""
+        calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        if self.on_summary_updated is not None and before.summary != after.summary:
+            calls.append((self.on_summary_updated, (before.sections, after.sections)))
+        if self.on_health_changed is not None and before.health != after.health:
+            calls.append((self.on_health_changed, (before.health, after.health)))
+        for callback, args in calls:
+            try:
+                callback(*args)
+            except Exception:
+                logger.exception("langmem_ext: a %s callback raised; ignored", type(self).__name__)
+
+
+def _advance(
+    plan: Plan, value: FoldOutcome | None
+) -> tuple[FoldRequest | None, MemoryResult | None]:
+    """One step of a plan: its next request, or its result when it is done."""
+    try:
+        return plan.send(value), None  # type: ignore[arg-type]
+    except StopIteration as done:
+        return None, done.value
 
 
 def _as_sequence(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["ContextOverflowError", "LangmemExtError", "TokenizerUnavailableError"]
+__all__ = [
+    "ContextOverflowError",
+    "LangmemExtError",
+    "MemoryBudgetExceeded",
+    "TokenizerUnavailableError",
+]
 
 
 class LangmemExtError(Exception):
@@ -38,3 +43,15 @@ class ContextOverflowError(LangmemExtError, ValueError):
         self.max_tokens = max_tokens
         self.reserve_tokens = reserve_tokens
         self.system_tokens = system_tokens
+
+
+class MemoryBudgetExceeded(ContextOverflowError):
+    """The summary, ``min_messages`` and the newest human message cannot fit together.
+
+    Raised by the summarizing strategies with ``overflow="error"``; the numbers are those of
+    :class:`ContextOverflowError`, and ``summary_tokens`` is what the summary costs.
+    """
+
+    def __init__(self, message: str, *, summary_tokens: int = 0, **numbers: int) -> None:
+        super().__init__(message, **numbers)
+        self.summary_tokens = summary_tokens

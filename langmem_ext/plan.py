@@ -154,6 +154,45 @@ def _fits(tokens: int, size: int, limit: int | None, max_messages: int | None) -
     return (limit is None or tokens <= limit) and (max_messages is None or size <= max_messages)
 
 
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What :func:`select_view` chose: the view and the figures the callers report."""
+
+    view: list[BaseMessage]
+    #: tokens of the view by the counter, with the per-request overhead
+    tokens: int
+    #: input messages of ``messages[start:]`` the view represents
+    kept: int
+    #: index of the first kept message when the view is one contiguous run, else None
+    cut: int | None
+    #: index of the oldest kept message (also for a gap view)
+    first: int | None = None
+    clipped: tuple[str, ...] = ()
+    repaired: bool = False
+    #: hysteresis held the previous cut
+    held: bool = False
+    gap: bool = False
+
+
+def running_total(
+    messages: Sequence[BaseMessage], state: MemoryState, count: Callable[[BaseMessage], int]
+) -> tuple[int, bool]:
+    """Tokens of all ``messages`` and whether the history was rewritten since ``state``.
+
+    When ``messages`` extends the history ``state`` saw (same stable key at ``seen - 1``), only the
+    new messages are counted: O(new). Otherwise everything is counted once (from the cache).
+    """
+    n = len(messages)
+    if (
+        state.seen
+        and state.seen <= n
+        and state.seen_key is not None
+        and stable_key(ensure_message(messages[state.seen - 1], state.seen - 1)) == state.seen_key
+    ):
+        return state.seen_tokens + sum(count(messages[i]) for i in range(state.seen, n)), False
+    return sum(count(ensure_message(m, i)) for i, m in enumerate(messages)), state.seen > 0
+
+
 def plan_cut(
     messages: Sequence[BaseMessage],
     state: MemoryState,
@@ -162,27 +201,59 @@ def plan_cut(
 ) -> MemoryResult:
     """The view of ``messages`` for this turn, the next state, and the report. Pure."""
     n = len(messages)
-    count = counter.count_message
-    overhead = counter.count_messages(())
-
-    # -- running total: count only what is new since the state was computed -------------------
-    rewritten = False
-    if (
-        state.seen
-        and state.seen <= n
-        and state.seen_key is not None
-        and stable_key(ensure_message(messages[state.seen - 1], state.seen - 1)) == state.seen_key
-    ):
-        all_tokens = state.seen_tokens + sum(count(messages[i]) for i in range(state.seen, n))
-    else:
-        rewritten = state.seen > 0
-        all_tokens = sum(count(ensure_message(m, i)) for i, m in enumerate(messages))
-
-    # -- the pinned system message ----------------------------------------------------------------
+    all_tokens, rewritten = running_total(messages, state, counter.count_message)
     has_system = n > 0 and isinstance(messages[0], SystemMessage)
-    body_start = 1 if has_system else 0
     system = messages[0] if has_system and config.keep_system else None
     assert system is None or isinstance(system, SystemMessage)
+    chosen = select_view(messages, 1 if has_system else 0, system, config, counter, state)
+    kept = chosen.kept + (1 if system is not None else 0)
+    next_state = replace(
+        state,
+        seen=n,
+        seen_tokens=all_tokens,
+        seen_key=stable_key(messages[-1]) if n else None,
+        cut_index=chosen.cut,
+        cut_key=stable_key(messages[chosen.cut]) if chosen.cut is not None else None,
+    )
+    prefix_kept = chosen.held or (
+        chosen.cut is not None
+        and state.cut_index == chosen.cut
+        and state.cut_key == next_state.cut_key
+    )
+    report = MemoryReport(
+        tokens_before=counter.count_messages(()) + all_tokens,
+        tokens_after=chosen.tokens,
+        messages_before=n,
+        messages_after=len(chosen.view),
+        messages_dropped=n - kept,
+        budget=config.ceiling(config.max_tokens),
+        clipped=chosen.clipped,
+        repaired=chosen.repaired,
+        prefix_kept=prefix_kept,
+        gap=chosen.gap,
+        history_rewritten=rewritten,
+    )
+    return MemoryResult(chosen.view, next_state, report)
+
+
+def select_view(
+    messages: Sequence[BaseMessage],
+    start: int,
+    system: SystemMessage | None,
+    config: CutConfig,
+    counter: TokenCounter,
+    state: MemoryState | None = None,
+    shown: Callable[[Unit], Unit] | None = None,
+) -> Selection:
+    """The cutting stage: the view of ``messages[start:]`` under ``system``, within the budget.
+
+    ``system`` is the message pinned first (the history's own system message, or one that also
+    carries a summary); system messages found in ``messages[start:]`` are merged into it (or
+    dropped with ``keep_system=False``). ``state`` supplies the previous cut for hysteresis;
+    ``shown`` maps each unit to the form it takes in the view (e.g. clipped tool outputs).
+    """
+    count = counter.count_message
+    overhead = counter.count_messages(())
     sys_tokens = count(system) if system is not None else 0
     fixed = overhead + sys_tokens
     max_view = config.ceiling(config.max_tokens)
@@ -190,33 +261,11 @@ def plan_cut(
     target_view = config.ceiling(config.target_tokens)
     lo = hi if target_view is None else target_view - fixed
 
-    walk = _Walk(iter_units_reverse(messages, body_start), count)
-
-    def report(view: list[BaseMessage], kept: int, total: int, **flags: object) -> MemoryReport:
-        return MemoryReport(
-            tokens_before=overhead + all_tokens,
-            tokens_after=total,
-            messages_before=n,
-            messages_after=len(view),
-            messages_dropped=n - kept,
-            budget=max_view,
-            history_rewritten=rewritten,
-            **flags,  # type: ignore[arg-type]
-        )
-
-    def next_state(cut: int | None) -> MemoryState:
-        return MemoryState(
-            seen=n,
-            seen_tokens=all_tokens,
-            seen_key=stable_key(messages[-1]) if n else None,
-            cut_index=cut,
-            cut_key=stable_key(messages[cut]) if cut is not None else None,
-        )
-
+    units = iter_units_reverse(messages, start)
+    walk = _Walk(units if shown is None else map(shown, units), count)
     if not walk.has(0):  # nothing but (maybe) a system message
         view: list[BaseMessage] = [system] if system is not None else []
-        total = counter.count_messages(view)
-        return MemoryResult(view, next_state(None), report(view, len(view), total))
+        return Selection(view, counter.count_messages(view), 0, None)
 
     # -- find the newest human turn and the unit that can start a view before it ---------------
     def leads(unit: Unit, start_on: StartOn) -> bool:
@@ -289,7 +338,11 @@ def plan_cut(
         selected = required
     elif anchor is None:
         # contiguous: keep the previous cut while it fits (hysteresis) or cut afresh
-        kept_cut = _held_cut(walk, messages, state, config, hi, t) if target_view else None
+        kept_cut = (
+            _held_cut(walk, messages, state, config, hi, t)
+            if target_view and state is not None
+            else None
+        )
         if kept_cut is not None:
             selected, prefix_kept = list(range(kept_cut + 1)), True
         else:
@@ -336,10 +389,10 @@ def plan_cut(
         parts = ([system] if system is not None else []) + strays
         leading = [merge_system_messages(parts)]
         repaired = repaired or bool(strays)
-    elif strays:
+    elif system is not None:
+        leading = [system]
+    if strays and not config.keep_system:
         kept_inputs -= len(strays)
-    if system is not None:
-        kept_inputs += 1
     view = leading + body
 
     # the walk already summed every kept message (clips included); only stray system messages
@@ -364,21 +417,16 @@ def plan_cut(
             )
 
     contiguous = anchor is None
-    cut = walk.units[chosen[0]].unit.start if contiguous and chosen else None
-    if cut is not None and not prefix_kept:
-        prefix_kept = state.cut_index == cut and state.cut_key == stable_key(messages[cut])
-    return MemoryResult(
+    return Selection(
         view,
-        next_state(cut),
-        report(
-            view,
-            kept_inputs,
-            total,
-            clipped=clipped,
-            repaired=repaired,
-            prefix_kept=prefix_kept,
-            gap=not contiguous,
-        ),
+        total,
+        kept_inputs,
+        walk.units[chosen[0]].unit.start if contiguous and chosen else None,
+        first=walk.units[chosen[0]].unit.start if chosen else None,
+        clipped=clipped,
+        repaired=repaired,
+        held=prefix_kept,
+        gap=not contiguous,
     )
 
 

@@ -34,6 +34,14 @@ class MemoryReport:
     gap: bool = False
     #: the history was not an extension of the one the state was computed on
     history_rewritten: bool = False
+    #: messages folded into the summary on this turn
+    folded: int = 0
+    #: messages neither folded nor shown (only while the summarizer is failing)
+    not_shown: int = 0
+    #: tokens of the running summary as placed in the view
+    summary_tokens: int = 0
+    #: the summarizer's health after this turn
+    health: str = "healthy"
 
 
 @dataclass(frozen=True, slots=True)

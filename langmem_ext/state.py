@@ -13,17 +13,32 @@ Fields (version 1):
 * ``cut_index``, ``cut_key``: where the last view started. With hysteresis (``target_tokens``),
   the next turn keeps this cut while the view stays under ``max_tokens``, so the view's prefix,
   and with it the provider's prompt cache, does not change.
+
+Added in version 2, for the summarizing strategies:
+
+* ``summary``: the running summary, as (section, text) pairs (one section per template);
+* ``folded``, ``folded_key``, ``folded_tokens``: how many messages after the system message are
+  folded into the summary, the stable key of the last of them, and what they cost. A message is
+  folded exactly once: the boundary only moves forward, after the summarizer succeeded;
+* ``folds``: how many folds succeeded;
+* ``health`` (``"healthy"``, ``"retrying"``, ``"degraded"``), ``failures`` (consecutive failed
+  folds), ``retry_at`` (epoch seconds of the next attempt) and ``last_error``;
+* ``clipped``: (TieredSummary) how many messages after the system message are shown with their
+  large bodies clipped;
+* ``view_tokens``: what the last view cost (a tier is crossed when it was below and is above).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["STATE_VERSION", "MemoryState"]
+__all__ = ["STATE_VERSION", "Health", "MemoryState"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+
+Health = Literal["healthy", "retrying", "degraded"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +49,22 @@ class MemoryState:
     seen_key: str | None = None
     cut_index: int | None = None
     cut_key: str | None = None
+    summary: tuple[tuple[str, str], ...] = ()
+    folded: int = 0
+    folded_key: str | None = None
+    folded_tokens: int = 0
+    folds: int = 0
+    health: Health = "healthy"
+    failures: int = 0
+    retry_at: float | None = None
+    last_error: str | None = None
+    clipped: int = 0
+    view_tokens: int = 0
+
+    @property
+    def sections(self) -> dict[str, str]:
+        """The summary as a dict, section -> text."""
+        return dict(self.summary)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,7 +88,15 @@ class MemoryState:
                 f"({STATE_VERSION}); upgrade langmem_ext to read it"
             )
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        values["version"] = STATE_VERSION
+        summary = values.get("summary")
+        if summary is not None:
+            pairs = summary.items() if isinstance(summary, dict) else summary
+            values["summary"] = tuple((str(k), str(v)) for k, v in pairs)
+        if values.get("health", "healthy") not in ("healthy", "retrying", "degraded"):
+            raise ValueError(f"MemoryState health {values['health']!r} is not a known state")
+        return cls(**values)
 
     @classmethod
     def from_json(cls, text: str) -> MemoryState:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from langchain_core.messages import BaseMessage
 
-from langmem_ext.engine import Strategy
+from langmem_ext.engine import HealthCallback, Plan, Strategy, SummaryCallback, finished
+from langmem_ext.fold import FoldConfig, Placement, SummaryOverflow, plan_fold
 from langmem_ext.plan import CutConfig, Overflow, StartOn, plan_cut
-from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
-from langmem_ext.tokens import CounterLike, as_counter
+from langmem_ext.summarize import Summarizer, SummarizerLike
+from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
 
-__all__ = ["SlidingWindow", "TokenBudget"]
+__all__ = ["Compacting", "SlidingWindow", "SummaryBuffer", "TieredSummary", "TokenBudget"]
 
 
 class TokenBudget(Strategy):
@@ -78,8 +79,8 @@ class TokenBudget(Strategy):
         target = f", target_tokens={c.target_tokens}" if c.target_tokens else ""
         return f"TokenBudget(max_tokens={c.max_tokens}{target}, counter={self.counter!r})"
 
-    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState) -> MemoryResult:
-        return plan_cut(messages, state, self.config, self.counter)
+    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
+        return finished(plan_cut, messages, state, self.config, self.counter)
 
 
 class SlidingWindow(Strategy):
@@ -126,5 +127,268 @@ class SlidingWindow(Strategy):
         tokens = f", max_tokens={self.config.max_tokens}" if self.config.max_tokens else ""
         return f"SlidingWindow(max_messages={self.config.max_messages}{tokens})"
 
-    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState) -> MemoryResult:
-        return plan_cut(messages, state, self.config, self.counter)
+    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
+        return finished(plan_cut, messages, state, self.config, self.counter)
+
+
+class _Summarizing(Strategy):
+    """Shared set-up of the summarizing strategies: one fold pipeline, different presets."""
+
+    config: FoldConfig
+
+    def _setup(
+        self,
+        *,
+        summarizer: SummarizerLike,
+        max_summary_tokens: int | None,
+        counter: CounterLike,
+        on_summary_updated: SummaryCallback | None,
+        on_health_changed: HealthCallback | None,
+        clock: Callable[[], float] | None,
+    ) -> int:
+        self.counter: TokenCounter = as_counter(counter)
+        if isinstance(summarizer, Summarizer):
+            self.summarizer = summarizer
+            if max_summary_tokens is None:
+                max_summary_tokens = summarizer.max_summary_tokens
+        else:
+            if max_summary_tokens is None:
+                max_summary_tokens = 1_000
+            self.summarizer = Summarizer(
+                summarizer, max_summary_tokens=max_summary_tokens, counter=self.counter
+            )
+        self.on_summary_updated = on_summary_updated
+        self.on_health_changed = on_health_changed
+        if clock is not None:
+            self.clock = clock
+        return max_summary_tokens
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"{type(self).__name__}(max_tokens={c.max_tokens}, fold at {c.trigger_tokens} "
+            f"down to {c.target_tokens}, max_summary_tokens={c.max_summary_tokens})"
+        )
+
+    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
+        return plan_fold(messages, state, self.config, self.counter, now)
+
+
+_FAILURE_DOC = """
+    Failure: if the summarizer fails (after its own retries and fallback), nothing is marked
+    folded; the view is the last good summary plus the newest messages that fit, with a visible
+    note of how many earlier messages are not shown. ``report.health`` and ``state.health`` go to
+    ``"retrying"`` (``"degraded"`` after ``degrade_after`` failures) and the fold is tried again on
+    a later call once the backoff (``retry_initial`` doubling up to ``retry_max`` seconds) has
+    passed; the first success makes it ``"healthy"`` again.
+
+    ``on_summary_updated(old, new)`` and ``on_health_changed(old, new)`` are called after a turn
+    that changed them; an exception in a callback is logged and never breaks the turn.
+"""
+
+
+class SummaryBuffer(_Summarizing):
+    """A running summary plus the most recent messages verbatim; ``max_tokens`` bounds it all.
+
+    The successor of LangChain's ``ConversationSummaryBufferMemory``: when the view (system
+    message, summary, recent messages) would pass ``max_tokens``, the oldest whole units are
+    folded into the summary until the view, with a full-size summary, fits ``target_tokens``
+    (default: half-way between ``max_summary_tokens`` and ``max_tokens``). Between folds the
+    summary, and with it the prompt prefix, does not change. Each message is folded exactly once,
+    and the previous summary is always part of the next fold's input.
+
+    Args:
+        max_tokens: what the whole request may cost (system, summary, messages, reserve).
+        summarizer: a :class:`~langmem_ext.summarize.Summarizer`, or a chat model /
+            ``"provider:model"`` string / callable to build one.
+        max_summary_tokens: the summary's budget (default: the Summarizer's, or 1,000).
+        target_tokens: the level a fold goes down to.
+        min_messages: recent messages always kept verbatim.
+        placement: the summary goes into the single leading SystemMessage (``"system"``,
+            default, fenced and labelled after the original system text) or into a marked
+            HumanMessage right after it (``"human"``). Never a second SystemMessage.
+        overflow: when summary + ``min_messages`` + the newest human message cannot fit:
+            ``"truncate_summary"`` (default), ``"truncate_oldest"`` or ``"error"``
+            (:class:`~langmem_ext.errors.MemoryBudgetExceeded`).
+    """
+
+    __doc__ = (__doc__ or "") + _FAILURE_DOC
+
+    def __init__(
+        self,
+        max_tokens: int,
+        *,
+        summarizer: SummarizerLike,
+        max_summary_tokens: int | None = None,
+        target_tokens: int | None = None,
+        min_messages: int = 2,
+        counter: CounterLike = None,
+        reserve_tokens: int = 0,
+        safety_margin: float = 0.0,
+        start_on: StartOn = "human",
+        keep_system: bool = True,
+        placement: Placement = "system",
+        overflow: SummaryOverflow = "truncate_summary",
+        degrade_after: int = 3,
+        retry_initial: float = 2.0,
+        retry_max: float = 300.0,
+        on_summary_updated: SummaryCallback | None = None,
+        on_health_changed: HealthCallback | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        budget = self._setup(
+            summarizer=summarizer,
+            max_summary_tokens=max_summary_tokens,
+            counter=counter,
+            on_summary_updated=on_summary_updated,
+            on_health_changed=on_health_changed,
+            clock=clock,
+        )
+        if target_tokens is None:
+            target_tokens = budget + (max_tokens - budget) // 2
+        self.config = FoldConfig(
+            max_tokens=max_tokens,
+            trigger_tokens=max_tokens,
+            target_tokens=target_tokens,
+            max_summary_tokens=budget,
+            reserve_tokens=reserve_tokens,
+            safety_margin=safety_margin,
+            min_messages=min_messages,
+            start_on=start_on,
+            keep_system=keep_system,
+            overflow=overflow,
+            placement=placement,
+            degrade_after=degrade_after,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+        )
+
+
+class Compacting(_Summarizing):
+    """Does nothing while the conversation fits; once over, folds the oldest units into a summary.
+
+    The cheapest summarizing strategy to run: no model call at all until the view passes
+    ``max_tokens`` (less ``safety_margin``, which absorbs counting error); then one fold takes it
+    down to ``target_ratio`` of the budget, with ``summary_ratio`` of the budget for the summary.
+
+    Args:
+        max_tokens: the request budget.
+        summarizer: a Summarizer or anything that builds one.
+        summary_ratio: share of ``max_tokens`` for the summary (0.10).
+        safety_margin: share of ``max_tokens`` held back for counter error (0.15).
+        min_messages: recent messages always kept verbatim (5).
+        target_ratio: share of ``max_tokens`` a fold goes down to (0.5).
+    """
+
+    __doc__ = (__doc__ or "") + _FAILURE_DOC
+
+    def __init__(
+        self,
+        max_tokens: int,
+        *,
+        summarizer: SummarizerLike,
+        summary_ratio: float = 0.10,
+        safety_margin: float = 0.15,
+        min_messages: int = 5,
+        target_ratio: float = 0.5,
+        counter: CounterLike = None,
+        reserve_tokens: int = 0,
+        placement: Placement = "system",
+        overflow: SummaryOverflow = "truncate_summary",
+        degrade_after: int = 3,
+        retry_initial: float = 2.0,
+        retry_max: float = 300.0,
+        on_summary_updated: SummaryCallback | None = None,
+        on_health_changed: HealthCallback | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not 0 < summary_ratio < target_ratio <= 1:
+            raise ValueError(
+                f"need 0 < summary_ratio ({summary_ratio}) < target_ratio ({target_ratio}) <= 1"
+            )
+        budget = self._setup(
+            summarizer=summarizer,
+            max_summary_tokens=int(max_tokens * summary_ratio),
+            counter=counter,
+            on_summary_updated=on_summary_updated,
+            on_health_changed=on_health_changed,
+            clock=clock,
+        )
+        self.config = FoldConfig(
+            max_tokens=max_tokens,
+            trigger_tokens=max_tokens,
+            target_tokens=int(max_tokens * target_ratio),
+            max_summary_tokens=budget,
+            reserve_tokens=reserve_tokens,
+            safety_margin=safety_margin,
+            min_messages=min_messages,
+            overflow=overflow,
+            placement=placement,
+            degrade_after=degrade_after,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+        )
+
+
+class TieredSummary(_Summarizing):
+    """Cheap first, expensive later: clip big bodies above tier 1, summarize above tier 2.
+
+    Above ``tier1_ratio`` of the budget, large bodies (tool outputs, pasted documents) of older
+    messages are clipped to ``truncate_chars`` with a visible marker: no model call. Above
+    ``tier2_ratio``, the oldest units are folded into the summary, down to tier 1. The
+    summarizer always reads the original, unclipped content. The clip point, like the fold
+    point, only moves when a tier is crossed, so the prompt prefix holds in between.
+    """
+
+    __doc__ = (__doc__ or "") + _FAILURE_DOC
+
+    def __init__(
+        self,
+        max_tokens: int,
+        *,
+        summarizer: SummarizerLike,
+        tier1_ratio: float = 0.50,
+        tier2_ratio: float = 0.85,
+        truncate_chars: int = 2_000,
+        max_summary_tokens: int | None = 1_000,
+        min_messages: int = 5,
+        counter: CounterLike = None,
+        reserve_tokens: int = 0,
+        safety_margin: float = 0.0,
+        placement: Placement = "system",
+        overflow: SummaryOverflow = "truncate_summary",
+        degrade_after: int = 3,
+        retry_initial: float = 2.0,
+        retry_max: float = 300.0,
+        on_summary_updated: SummaryCallback | None = None,
+        on_health_changed: HealthCallback | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not 0 < tier1_ratio < tier2_ratio <= 1:
+            raise ValueError(
+                f"need 0 < tier1_ratio ({tier1_ratio}) < tier2_ratio ({tier2_ratio}) <= 1"
+            )
+        budget = self._setup(
+            summarizer=summarizer,
+            max_summary_tokens=max_summary_tokens,
+            counter=counter,
+            on_summary_updated=on_summary_updated,
+            on_health_changed=on_health_changed,
+            clock=clock,
+        )
+        self.config = FoldConfig(
+            max_tokens=max_tokens,
+            trigger_tokens=int(max_tokens * tier2_ratio),
+            target_tokens=int(max_tokens * tier1_ratio),
+            max_summary_tokens=budget,
+            reserve_tokens=reserve_tokens,
+            safety_margin=safety_margin,
+            min_messages=min_messages,
+            overflow=overflow,
+            placement=placement,
+            clip_tokens=int(max_tokens * tier1_ratio),
+            truncate_chars=truncate_chars,
+            degrade_after=degrade_after,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+        )
