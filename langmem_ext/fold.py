@@ -265,6 +265,7 @@ def plan_fold(
     # TieredSummary: older messages (before clip_at) show large bodies clipped, no LLM call
     clip_at = body_start + state.clipped if config.clip_tokens is not None else 0
     clip_at = min(max(clip_at, b), n)
+    clip_moved = False
 
     def shown_for(limit_index: int) -> Callable[[Unit], Unit] | None:
         if config.clip_tokens is None or limit_index <= b:
@@ -330,7 +331,7 @@ def plan_fold(
         if past_tier1 and (state.view_tokens <= tier1 or over):
             keep_from = _fold_boundary(messages, b, count, 0, config, None)
             if keep_from > clip_at:
-                clip_at = keep_from
+                clip_at, clip_moved = keep_from, True
                 try:
                     current, _ = select(b)
                     over = not fits_all(current, b)
@@ -402,7 +403,14 @@ def plan_fold(
         budget=config.level(config.max_tokens),
         clipped=chosen.clipped,
         repaired=chosen.repaired,
-        prefix_kept=folded_now == 0 and not rewritten,
+        prefix_kept=(
+            state.seen > 0
+            and folded_now == 0
+            and not rewritten
+            and not clip_moved
+            and not_shown == 0
+            and state.health == "healthy"
+        ),
         gap=chosen.gap,
         history_rewritten=rewritten,
         folded=folded_now,

@@ -12,6 +12,7 @@ The fold is a plan of model calls (:meth:`Summarizer.steps`, a generator with no
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -70,6 +71,7 @@ _SYSTEM = (
 )
 
 _CLIPPED = "\n[... summary clipped by langmem_ext to its token budget]"
+_CONTINUED = "(continued) "
 
 
 class SummarizerError(LangmemExtError, RuntimeError):
@@ -180,6 +182,16 @@ def is_transient(error: BaseException) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # the summarizer
+
+
+def _jitter_params(initial: float, largest: float) -> Any:
+    """tenacity >= 9.2 renamed ``initial`` to ``multiplier`` (and warns on the old name)."""
+    import tenacity
+
+    fields = inspect.signature(tenacity.wait_exponential_jitter.__init__).parameters
+    first = "multiplier" if "multiplier" in fields else "initial"
+    return {first: initial, "max": largest, "jitter": initial}
+
 
 ModelLike = BaseLanguageModel[Any] | Runnable[Any, Any] | Callable[..., Any] | str
 
@@ -351,7 +363,9 @@ class Summarizer:
         return self.counter.count_messages(list(prompt))
 
     def _split_line(self, line: str, room: int) -> list[str]:
-        """Pieces of one over-long line, each costing at most ``room`` tokens."""
+        """Pieces of one over-long line, each costing at most ``room`` tokens with its
+        ``(continued)`` label. Joined without the labels, they are the line."""
+        room = max(room - self.counter.count_text(_CONTINUED), 1)
         pieces: list[str] = []
         rest = line
         while rest:
@@ -365,9 +379,12 @@ class Summarizer:
                     lo = mid
                 else:
                     hi = mid - 1
+            space = rest.rfind(" ", lo // 2, lo)  # prefer to cut between words
+            if space > 0:
+                lo = space + 1
             pieces.append(rest[:lo])
             rest = rest[lo:]
-        return [p if i == 0 else f"(continued) {p}" for i, p in enumerate(pieces)]
+        return [p if i == 0 else _CONTINUED + p for i, p in enumerate(pieces)]
 
     def steps(
         self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
@@ -397,8 +414,9 @@ class Summarizer:
                         chunk.append(pending.pop(0))
                         used += cost
                         continue
-                    if not chunk:  # one line alone is too long: split it across calls
-                        pieces = self._split_line(pending.pop(0), max(room - 1, 1))
+                    if not chunk:  # one line alone is too long: split it across calls,
+                        # leaving room for the summary to grow to its budget meanwhile
+                        pieces = self._split_line(pending.pop(0), max(room - budget - 1, 1))
                         pending[:0] = pieces
                         continue
                     break
@@ -436,10 +454,9 @@ class Summarizer:
                 retry_if_exception_type=is_transient,
                 stop_after_attempt=self.max_attempts,
                 wait_exponential_jitter=True,
-                exponential_jitter_params={
-                    "initial": self.retry_initial_wait,
-                    "max": self.retry_max_wait,
-                },
+                exponential_jitter_params=_jitter_params(
+                    self.retry_initial_wait, self.retry_max_wait
+                ),
             )
         return runnable
 
