@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
@@ -145,7 +146,9 @@ class _Summarizing(Strategy):
         on_summary_updated: SummaryCallback | None,
         on_health_changed: HealthCallback | None,
         clock: Callable[[], float] | None,
-    ) -> int:
+        **fold: Any,
+    ) -> None:
+        """Resolve the counter and summarizer, then build the fold config from ``fold``."""
         self.counter: TokenCounter = as_counter(counter)
         if isinstance(summarizer, Summarizer):
             self.summarizer = summarizer
@@ -161,7 +164,11 @@ class _Summarizing(Strategy):
         self.on_health_changed = on_health_changed
         if clock is not None:
             self.clock = clock
-        return max_summary_tokens
+        if fold.get("target_tokens") is None:  # default: half-way from the summary to the top
+            fold["target_tokens"] = (
+                max_summary_tokens + (fold["max_tokens"] - max_summary_tokens) // 2
+            )
+        self.config = FoldConfig(max_summary_tokens=max_summary_tokens, **fold)
 
     def __repr__(self) -> str:
         c = self.config
@@ -236,21 +243,16 @@ class SummaryBuffer(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        budget = self._setup(
+        self._setup(
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
             counter=counter,
             on_summary_updated=on_summary_updated,
             on_health_changed=on_health_changed,
             clock=clock,
-        )
-        if target_tokens is None:
-            target_tokens = budget + (max_tokens - budget) // 2
-        self.config = FoldConfig(
             max_tokens=max_tokens,
             trigger_tokens=max_tokens,
             target_tokens=target_tokens,
-            max_summary_tokens=budget,
             reserve_tokens=reserve_tokens,
             safety_margin=safety_margin,
             min_messages=min_messages,
@@ -306,19 +308,16 @@ class Compacting(_Summarizing):
             raise ValueError(
                 f"need 0 < summary_ratio ({summary_ratio}) < target_ratio ({target_ratio}) <= 1"
             )
-        budget = self._setup(
+        self._setup(
             summarizer=summarizer,
             max_summary_tokens=int(max_tokens * summary_ratio),
             counter=counter,
             on_summary_updated=on_summary_updated,
             on_health_changed=on_health_changed,
             clock=clock,
-        )
-        self.config = FoldConfig(
             max_tokens=max_tokens,
             trigger_tokens=max_tokens,
             target_tokens=int(max_tokens * target_ratio),
-            max_summary_tokens=budget,
             reserve_tokens=reserve_tokens,
             safety_margin=safety_margin,
             min_messages=min_messages,
@@ -368,19 +367,16 @@ class TieredSummary(_Summarizing):
             raise ValueError(
                 f"need 0 < tier1_ratio ({tier1_ratio}) < tier2_ratio ({tier2_ratio}) <= 1"
             )
-        budget = self._setup(
+        self._setup(
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
             counter=counter,
             on_summary_updated=on_summary_updated,
             on_health_changed=on_health_changed,
             clock=clock,
-        )
-        self.config = FoldConfig(
             max_tokens=max_tokens,
             trigger_tokens=int(max_tokens * tier2_ratio),
             target_tokens=int(max_tokens * tier1_ratio),
-            max_summary_tokens=budget,
             reserve_tokens=reserve_tokens,
             safety_margin=safety_margin,
             min_messages=min_messages,
