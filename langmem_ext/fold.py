@@ -364,8 +364,9 @@ def plan_fold(
     clip_at = max(clip_at, b)
 
     # -- 3. the view: summary + the unfolded messages that fit (+ a note if some do not) --------
+    sys_cost = count(system) if system is not None else 0
     chosen, human_summary, shown_sections = _view(
-        select, b, n, sections, health, last_error, config, counter
+        select, b, n, sections, health, last_error, config, counter, overhead + sys_cost
     )
     view = list(chosen.view)
     if human_summary is not None:
@@ -430,8 +431,10 @@ def _view(
     last_error: str | None,
     config: FoldConfig,
     counter: TokenCounter,
+    fixed: int,
 ) -> tuple[Selection, HumanMessage | None, dict[str, str]]:
-    """The final view, with the not-shown note when needed and the overflow policy applied."""
+    """The final view, with the not-shown note when needed and the overflow policy applied.
+    ``fixed`` is what the view costs before the summary: request overhead and system message."""
 
     def attempt(summary: dict[str, str], **cut: object) -> tuple[Selection, HumanMessage | None]:
         chosen, human = select(b, "", summary, **cut)
@@ -464,7 +467,8 @@ def _view(
     # fixed, finite fallbacks: each step either fits or moves on; the last one raises
     shorter = dict(sections)
     if config.overflow == "truncate_summary" and any(sections.values()):
-        room = max(first_error.available - first_error.needed, 0)
+        # what is left for the summary block once the required messages are in
+        room = max(config.level(config.max_tokens) - fixed - first_error.needed, 0)
         shorter = _truncate_sections(sections, room, counter)
         try:
             chosen, human = attempt(shorter)

@@ -363,3 +363,47 @@ def test_configuration_errors_name_the_numbers() -> None:
             max_summary_tokens=20,
             overflow="drop",  # type: ignore[arg-type]
         )
+
+
+@pytest.mark.parametrize("policy", ["truncate_summary", "truncate_oldest", "error"])
+def test_every_overflow_policy_terminates(policy: str) -> None:
+    # the case that loops forever elsewhere: dropping the oldest message never makes a single
+    # oversized newest message fit. Here each policy ends in a fixed number of steps.
+    strategy = SummaryBuffer(
+        60,
+        summarizer=FakeSummarizer(),
+        max_summary_tokens=20,
+        counter=W(),
+        min_messages=3,
+        overflow=policy,  # type: ignore[arg-type]
+    )
+    history = [*conversation(6), H(500, "huge")]
+    if policy == "error":
+        with pytest.raises(MemoryBudgetExceeded):
+            strategy.apply(history)
+    else:
+        result = strategy.apply(history)
+        assert W().count_messages(result.messages) <= 60
+        assert result.messages[-1].id == "huge" and result.report.clipped == ("huge",)
+    # a system message larger than the whole budget cannot be helped: a clear error, at once
+    too_big = [SystemMessage(" ".join(["rule"] * 100), id="sys"), H(3, "q")]
+    with pytest.raises(MemoryBudgetExceeded, match=r"does not fit|do not fit"):
+        strategy.apply(too_big)
+
+
+def test_truncate_summary_shortens_the_summary_in_the_view_only() -> None:
+    long_summary = " ".join(f"fact{i}" for i in range(40))
+    strategy = SummaryBuffer(
+        80,
+        summarizer=lambda p: long_summary,
+        max_summary_tokens=40,
+        counter=W(),
+        min_messages=1,
+    )
+    history = conversation(5)
+    state = grow(strategy, history)[-1].state
+    assert state.sections["conversation"] == long_summary  # the state keeps it whole
+    squeezed = strategy.apply([*history, H(50, "long")], state)
+    assert W().count_messages(squeezed.messages) <= 80
+    assert "summary shortened by langmem_ext" in str(squeezed.messages[0].content)
+    assert squeezed.state.sections["conversation"] == long_summary
