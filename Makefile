@@ -29,6 +29,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.summaries $(BENCH_ARGS)
 
 ci: lint test
 

@@ -298,15 +298,29 @@ def plan_fold(
             return system.model_copy(update={"content": blocks}), None
         return system.model_copy(update={"content": f"{text}\n\n{block}" if text else block}), None
 
+    memo: dict[tuple[object, ...], tuple[Selection, HumanMessage | None] | Exception] = {}
+
     def select(
         start: int, note: str = "", summary: Mapping[str, str] | None = None, **cut: object
     ) -> tuple[Selection, HumanMessage | None]:
-        sys_msg, human_summary = leading(note, summary)
-        extra = count(human_summary) if human_summary is not None else 0
-        cfg = config.cut(reserve_tokens=config.reserve_tokens + extra, **cut)
-        return select_view(messages, start, sys_msg, cfg, counter, shown=shown_for(clip_at)), (
-            human_summary
-        )
+        """The cutting stage under the summary; memoized, since a turn asks the same twice."""
+        parts = sections if summary is None else summary
+        key = (start, note, tuple(parts.items()), tuple(sorted(cut.items())), clip_at)
+        if key not in memo:
+            sys_msg, human_summary = leading(note, parts)
+            extra = count(human_summary) if human_summary is not None else 0
+            cfg = config.cut(reserve_tokens=config.reserve_tokens + extra, **cut)
+            try:
+                chosen = select_view(
+                    messages, start, sys_msg, cfg, counter, shown=shown_for(clip_at)
+                )
+                memo[key] = (chosen, human_summary)
+            except ContextOverflowError as error:
+                memo[key] = error
+        found = memo[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
 
     # -- 1. the view as it stands: does everything unfolded fit under the high-water mark? -----
     def fits_all(sel: Selection, start: int) -> bool:
@@ -331,7 +345,12 @@ def plan_fold(
         if past_tier1 and (state.view_tokens <= tier1 or over):
             keep_from = _fold_boundary(messages, b, count, 0, config, None)
             if keep_from > clip_at:
-                clip_at, clip_moved = keep_from, True
+                # the prefix only changes if a newly covered message is actually clipped
+                clip_moved = any(
+                    _clip_chars(m, config.truncate_chars) is not m
+                    for m in messages[clip_at:keep_from]
+                )
+                clip_at = keep_from
                 try:
                     current, _ = select(b)
                     over = not fits_all(current, b)

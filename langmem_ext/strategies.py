@@ -334,9 +334,10 @@ class TieredSummary(_Summarizing):
 
     Above ``tier1_ratio`` of the budget, large bodies (tool outputs, pasted documents) of older
     messages are clipped to ``truncate_chars`` with a visible marker: no model call. Above
-    ``tier2_ratio``, the oldest units are folded into the summary, down to tier 1. The
-    summarizer always reads the original, unclipped content. The clip point, like the fold
-    point, only moves when a tier is crossed, so the prompt prefix holds in between.
+    ``tier2_ratio``, the oldest units are folded into the summary, down to ``target_ratio``
+    (below tier 1, so clipping has room to work again before the next fold). The summarizer
+    always reads the original, unclipped content. The clip point, like the fold point, only moves
+    when a tier is crossed, so the prompt prefix holds in between.
     """
 
     __doc__ = (__doc__ or "") + _FAILURE_DOC
@@ -348,6 +349,7 @@ class TieredSummary(_Summarizing):
         summarizer: SummarizerLike,
         tier1_ratio: float = 0.50,
         tier2_ratio: float = 0.85,
+        target_ratio: float = 0.35,
         truncate_chars: int = 2_000,
         max_summary_tokens: int | None = 1_000,
         min_messages: int = 5,
@@ -363,9 +365,10 @@ class TieredSummary(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        if not 0 < tier1_ratio < tier2_ratio <= 1:
+        if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
             raise ValueError(
-                f"need 0 < tier1_ratio ({tier1_ratio}) < tier2_ratio ({tier2_ratio}) <= 1"
+                f"need 0 < target_ratio ({target_ratio}) <= tier1_ratio ({tier1_ratio}) < "
+                f"tier2_ratio ({tier2_ratio}) <= 1"
             )
         self._setup(
             summarizer=summarizer,
@@ -376,7 +379,7 @@ class TieredSummary(_Summarizing):
             clock=clock,
             max_tokens=max_tokens,
             trigger_tokens=int(max_tokens * tier2_ratio),
-            target_tokens=int(max_tokens * tier1_ratio),
+            target_tokens=int(max_tokens * target_ratio),
             reserve_tokens=reserve_tokens,
             safety_margin=safety_margin,
             min_messages=min_messages,
