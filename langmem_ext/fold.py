@@ -155,10 +155,11 @@ def render_summary(sections: Mapping[str, str], note: str = "") -> str:
 
 
 def _not_shown_note(count: int, health: Health, error: str | None) -> str:
-    why = f" ({error})" if error else ""
+    # the error itself stays in the state and the report: provider error text is not something
+    # to put in front of the main model
     return (
         f"[langmem_ext: {count} earlier message(s) of this conversation are not shown and not yet "
-        f"summarized; the summarizer is {health}{why}.]"
+        f"summarized; the summarizer is {health}.]"
     )
 
 

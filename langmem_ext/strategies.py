@@ -351,7 +351,7 @@ class TieredSummary(_Summarizing):
         tier2_ratio: float = 0.85,
         target_ratio: float = 0.35,
         truncate_chars: int = 2_000,
-        max_summary_tokens: int | None = 1_000,
+        max_summary_tokens: int | None = None,
         min_messages: int = 5,
         counter: CounterLike = None,
         reserve_tokens: int = 0,

@@ -344,7 +344,7 @@ class Summarizer:
         budget = self.section_budgets[section]
         instruction = self.instructions[section].replace("{max_tokens}", str(budget))
         body = (
-            f"<previous_summary>\n{previous or '(none yet)'}\n</previous_summary>\n\n"
+            f"<previous_summary>\n{_defang(previous) or '(none yet)'}\n</previous_summary>\n\n"
             f"<transcript>\n" + "\n".join(lines) + "\n</transcript>\n\n"
             f"{instruction}\n\nWrite the updated summary in at most {budget} tokens."
         )
@@ -461,11 +461,13 @@ class Summarizer:
         return runnable
 
     def _failed(self, call: ModelCall, error: BaseException) -> SummarizerError:
+        # with_retry retries transient errors only: anything else failed on its first attempt
+        attempts = self.max_attempts if is_transient(error) else 1
         return SummarizerError(
-            f"summarizing the {call.section!r} section failed after {self.max_attempts} "
+            f"summarizing the {call.section!r} section failed after {attempts} "
             f"attempt(s): {type(error).__name__}: {error}",
             section=call.section,
-            attempts=self.max_attempts,
+            attempts=attempts,
         )
 
     def _call(self, call: ModelCall) -> str:
