@@ -20,7 +20,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMessage
 
-__all__ = ["fingerprint", "freeze", "stable_key", "tool_call_ids"]
+__all__ = ["digest", "fingerprint", "freeze", "stable_key", "tool_call_ids"]
 
 
 def freeze(value: Any) -> Any:
@@ -108,3 +108,9 @@ def stable_key(message: BaseMessage) -> str:
         return str(message.id)
     digest = hashlib.blake2b(_canonical(message).encode(), digest_size=12).hexdigest()
     return f"fp:{digest}"
+
+
+def digest(*parts: object) -> str:
+    """A short stable digest of JSON-like parts (for state fields that must survive restarts)."""
+    text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ContextOverflowError",
     "LangmemExtError",
@@ -55,3 +57,6 @@ class MemoryBudgetExceeded(ContextOverflowError):
     def __init__(self, message: str, *, summary_tokens: int = 0, **numbers: int) -> None:
         super().__init__(message, **numbers)
         self.summary_tokens = summary_tokens
+        #: the MemoryState after this turn (a fold may have succeeded before the view overflowed):
+        #: store it like ``result.state`` so the summarizer's work is not lost
+        self.state: Any = None

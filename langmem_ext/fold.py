@@ -32,7 +32,7 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from langmem_ext._identity import stable_key
+from langmem_ext._identity import digest, stable_key
 from langmem_ext.errors import ContextOverflowError, MemoryBudgetExceeded
 from langmem_ext.messages import Unit, iter_units_reverse
 from langmem_ext.plan import CutConfig, Selection, StartOn, _Walk, running_total, select_view
@@ -384,18 +384,6 @@ def plan_fold(
     clip_at = max(clip_at, b)
 
     # -- 3. the view: summary + the unfolded messages that fit (+ a note if some do not) --------
-    sys_cost = count(system) if system is not None else 0
-    chosen, human_summary, shown_sections = _view(
-        select, b, n, sections, health, last_error, config, counter, overhead + sys_cost
-    )
-    view = list(chosen.view)
-    if human_summary is not None:
-        view.insert(1 if view and isinstance(view[0], SystemMessage) else 0, human_summary)
-    not_shown = (n - b) - chosen.kept
-    summary_tokens = (
-        counter.count_text(render_summary(shown_sections)) if any(shown_sections.values()) else 0
-    )
-    tokens_after = counter.count_messages(view) if human_summary is not None else chosen.tokens
     next_state = replace(
         state,
         seen=n,
@@ -413,8 +401,35 @@ def plan_fold(
         retry_at=retry_at,
         last_error=last_error,
         clipped=max(clip_at - body_start, 0) if config.clip_tokens is not None else 0,
-        view_tokens=tokens_after,
     )
+    sys_cost = count(system) if system is not None else 0
+    try:
+        chosen, human_summary, shown_sections = _view(
+            select, b, n, sections, health, last_error, config, counter, overhead + sys_cost
+        )
+    except MemoryBudgetExceeded as error:
+        # a fold that just succeeded must not be lost with the turn: the caller stores this
+        error.state = next_state
+        raise
+    view = list(chosen.view)
+    if human_summary is not None:
+        view.insert(1 if view and isinstance(view[0], SystemMessage) else 0, human_summary)
+    not_shown = (n - b) - chosen.kept
+    summary_tokens = (
+        counter.count_text(render_summary(shown_sections)) if any(shown_sections.values()) else 0
+    )
+    tokens_after = counter.count_messages(view) if human_summary is not None else chosen.tokens
+    # what the view's prefix is made of: if it is the same as on the last turn and nothing was
+    # folded, the last view is a prefix of this one (the history only grew at the end)
+    first = chosen.first if chosen.first is not None else n
+    prefix_key = digest(
+        view[0].content if view else "",
+        str(human_summary.content) if human_summary is not None else "",
+        stable_key(messages[first]) if first < n else "",
+        not_shown,
+        chosen.clipped,
+    )
+    next_state = replace(next_state, view_tokens=tokens_after, prefix_key=prefix_key)
     report = MemoryReport(
         tokens_before=overhead + all_tokens,
         tokens_after=tokens_after,
@@ -428,9 +443,10 @@ def plan_fold(
             state.seen > 0
             and folded_now == 0
             and not rewritten
+            and not chosen.clipped
             and not clip_moved
             and not_shown == 0
-            and state.health == "healthy"
+            and prefix_key == state.prefix_key
         ),
         gap=chosen.gap,
         history_rewritten=rewritten,
@@ -461,11 +477,17 @@ def _view(
         missing = (n - b) - chosen.kept
         if missing <= 0:
             return chosen, human
-        # some unfolded messages do not fit: say so, visibly (two passes: the note costs tokens)
-        note = _not_shown_note(n - b, health, last_error)
-        chosen, human = select(b, note, summary, **cut)
-        note = _not_shown_note((n - b) - chosen.kept, health, last_error)
-        return select(b, note, summary, **cut)
+        # some unfolded messages do not fit: say so, visibly. The note costs tokens, which can
+        # change how many fit: start from the most that could be missing and step down to the
+        # count the note states exactly (a few passes at most: only the digits change)
+        claimed = n - b
+        for _ in range(8):
+            chosen, human = select(b, _not_shown_note(claimed, health, last_error), summary, **cut)
+            missing = (n - b) - chosen.kept
+            if missing == claimed:
+                break
+            claimed = missing
+        return chosen, human
 
     try:
         chosen, human = attempt(sections)
@@ -484,26 +506,21 @@ def _view(
             reserve_tokens=first_error.reserve_tokens,
             system_tokens=first_error.system_tokens,
         ) from first_error
-    # fixed, finite fallbacks: each step either fits or moves on; the last one raises
+    # fixed, finite fallbacks: each step either fits or moves on; the last one raises. The
+    # newest human message is clipped only once dropping the summary from the view was not enough
     shorter = dict(sections)
+    steps: list[tuple[dict[str, str], dict[str, object]]] = []
     if config.overflow == "truncate_summary" and any(sections.values()):
-        # what is left for the summary block once the required messages are in
         room = max(config.level(config.max_tokens) - fixed - first_error.needed, 0)
         shorter = _truncate_sections(sections, room, counter)
-        try:
-            chosen, human = attempt(shorter)
-            return chosen, human, shorter
-        except ContextOverflowError:
-            pass
+        steps.append((shorter, {}))
     if config.overflow == "truncate_oldest" and config.min_messages > 1:
+        steps.append((dict(sections), {"min_messages": 1}))
+    steps += [({}, {"min_messages": 1}), ({}, {"min_messages": 1, "overflow": "clip"})]
+    last = first_error
+    for summary, cut in steps:
         try:
-            chosen, human = attempt(shorter, min_messages=1)
-            return chosen, human, shorter
-        except ContextOverflowError:
-            pass
-    for summary in (shorter, {}):
-        try:
-            chosen, human = attempt(summary, min_messages=1, overflow="clip")
+            chosen, human = attempt(summary, **cut)
             return chosen, human, summary
         except ContextOverflowError as error:
             last = error

@@ -25,7 +25,8 @@ Added in version 2, for the summarizing strategies:
   folds), ``retry_at`` (epoch seconds of the next attempt) and ``last_error``;
 * ``clipped``: (TieredSummary) how many messages after the system message are shown with their
   large bodies clipped;
-* ``view_tokens``: what the last view cost (a tier is crossed when it was below and is above).
+* ``view_tokens``: what the last view cost (a tier is crossed when it was below and is above);
+* ``prefix_key``: a digest of what the last view's prefix was made of (summary, first message).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class MemoryState:
     last_error: str | None = None
     clipped: int = 0
     view_tokens: int = 0
+    prefix_key: str | None = None
 
     @property
     def sections(self) -> dict[str, str]:
