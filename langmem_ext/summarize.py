@@ -423,12 +423,14 @@ class Summarizer:
                 summary = yield ModelCall(
                     self._prompt(section, summary, chunk), budget, section, "fold"
                 )
-            if self.counter.count_text(summary) > budget:
-                summary = yield ModelCall(
-                    self._compress_prompt(section, summary), budget, section, "compress"
-                )
+                # within budget before it is carried into the next call (or returned): a model
+                # that overran its limit must not starve the rest of the chain of input room
                 if self.counter.count_text(summary) > budget:
-                    summary = self._clip(summary, budget)
+                    summary = yield ModelCall(
+                        self._compress_prompt(section, summary), budget, section, "compress"
+                    )
+                    if self.counter.count_text(summary) > budget:
+                        summary = self._clip(summary, budget)
             result[section] = summary
         return result
 
