@@ -202,3 +202,16 @@ def test_afold_uses_the_same_plan_with_an_async_model() -> None:
 def test_a_string_model_needs_langchain_and_bad_models_are_refused() -> None:
     with pytest.raises(TypeError, match="cannot summarize with a int"):
         Summarizer(42)  # type: ignore[arg-type]
+
+
+def test_a_provider_model_string_is_resolved_with_init_chat_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_openai import ChatOpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # construction only; nothing is sent
+    summarizer = Summarizer("openai:gpt-4o-mini", max_summary_tokens=120)
+    assert isinstance(summarizer._runnable, ChatOpenAI)
+    assert summarizer._runnable.model_name == "gpt-4o-mini"
+    bound = summarizer._bound(120)
+    assert "max_tokens" in repr(bound)  # the output limit travels with every call
