@@ -151,15 +151,22 @@ def _rounded(value: Any) -> Any:
     return value
 
 
-def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
-    """Write ``<stem>.md`` and ``<stem>.json`` into ``out_dir`` (atomically, via ``*.tmp``)."""
-    from bench.report import render_markdown
+def write_results(
+    results: dict[str, Any],
+    out_dir: Path,
+    stem: str,
+    render: Callable[[dict[str, Any]], str] | None = None,
+) -> tuple[Path, Path]:
+    """Write ``<stem>.md`` (by ``render``, default this benchmark's report) and ``<stem>.json``
+    into ``out_dir``, atomically via ``*.tmp``. Shared by every benchmark in this package."""
+    if render is None:
+        from bench.report import render_markdown as render
 
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, json_path = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
     results["meta"]["json_name"] = json_path.name
     payloads = {
-        md_path: render_markdown(results),
+        md_path: render(results),
         json_path: json.dumps(_rounded(results), indent=1, ensure_ascii=False) + "\n",
     }
     for path, text in payloads.items():

@@ -38,8 +38,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.metadata
-import json
-import math
 import re
 import shlex
 import statistics
@@ -63,6 +61,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
+from bench import run
 from bench.env import ROOT, load_average, machine_info
 from bench.report import format_seconds
 from bench.timing import gc_paused
@@ -1098,32 +1097,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        if value == 0.0 or not math.isfinite(value):
-            return value
-        return float(f"{value:.4g}")
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_rounded(v) for v in value]
-    return value
-
-
 def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
-    """Write ``<stem>.md`` and ``<stem>.json`` into ``out_dir`` (atomically, via ``*.tmp``)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md_path, json_path = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
-    results["meta"]["json_name"] = json_path.name
-    payloads = {
-        md_path: render_markdown(results),
-        json_path: json.dumps(_rounded(results), indent=1, ensure_ascii=False) + "\n",
-    }
-    for path, text in payloads.items():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    return md_path, json_path
+    """Write ``<stem>.md`` and ``<stem>.json`` (the shared writer, with this report)."""
+    return run.write_results(results, out_dir, stem, render=render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
