@@ -11,6 +11,7 @@ from langmem_ext.errors import (
     MemoryBudgetExceeded,
     TokenizerUnavailableError,
 )
+from langmem_ext.graph import MemoryAgentState, MemoryMessagesState, MemoryNode
 from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
 from langmem_ext.result import MemoryReport, MemoryResult
 from langmem_ext.state import MemoryState
@@ -41,7 +42,10 @@ __all__ = [
     "ContextOverflowError",
     "Finding",
     "LangmemExtError",
+    "MemoryAgentState",
     "MemoryBudgetExceeded",
+    "MemoryMessagesState",
+    "MemoryNode",
     "MemoryReport",
     "MemoryResult",
     "MemoryState",
