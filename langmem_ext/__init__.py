@@ -45,6 +45,7 @@ __all__ = [
     "MemoryAgentState",
     "MemoryBudgetExceeded",
     "MemoryMessagesState",
+    "MemoryMiddleware",
     "MemoryNode",
     "MemoryReport",
     "MemoryResult",
@@ -67,3 +68,17 @@ __all__ = [
     "split_units",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # MemoryMiddleware needs the optional `langchain` package: import it only when asked for
+    if name == "MemoryMiddleware":
+        try:
+            from langmem_ext.agents import MemoryMiddleware
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "MemoryMiddleware needs the 'langchain' package (create_agent's middleware): "
+                "pip install 'langmem-ext[agents]'"
+            ) from exc
+        return MemoryMiddleware
+    raise AttributeError(f"module 'langmem_ext' has no attribute {name!r}")

@@ -59,8 +59,11 @@ class Strategy(ABC):
     clock: Callable[[], float] = staticmethod(time.time)
 
     @abstractmethod
-    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
-        """Pure: the view, next state and report, yielding fold requests. Never mutates."""
+    def _plan(
+        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
+    ) -> Plan:
+        """Pure: the view, next state and report, yielding fold requests. Never mutates.
+        ``extra`` tokens of the request travel outside the messages (tool schemas)."""
 
     # -- sync -------------------------------------------------------------------------------------
 
@@ -73,15 +76,19 @@ class Strategy(ABC):
             logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
             return FoldOutcome(error=error)
 
-    def apply(self, messages: Sequence[BaseMessage], state: StateLike = None) -> MemoryResult:
+    def apply(
+        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
+    ) -> MemoryResult:
         """The view the model should see for ``messages``, the state for the next call, a report.
 
         ``state`` is the ``result.state`` of the previous call (or its ``to_dict()``, as stored in
         a checkpoint), or ``None`` on the first call. Passing it back is what makes a turn cost
         O(new messages), keeps a hysteresis cut in place and carries the running summary.
+        ``extra_tokens`` is what this request carries besides the messages (tool schemas, as
+        the agents middleware counts them): it is held back like ``reserve_tokens``.
         """
         before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock())
+        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
         request, result = _advance(plan, None)
         while result is None:
             assert request is not None
@@ -101,12 +108,12 @@ class Strategy(ABC):
             return FoldOutcome(error=error)
 
     async def aapply(
-        self, messages: Sequence[BaseMessage], state: StateLike = None
+        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
     ) -> MemoryResult:
         """Async :meth:`apply`: the same plan; the summarizer is awaited, and counting runs off
         the event loop when the counter does I/O. Cancelling it leaves ``state`` untouched."""
         before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock())
+        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
         blocking = bool(getattr(self.counter, "is_blocking", False))
 
         async def step(value: FoldOutcome | None) -> tuple[FoldRequest | None, MemoryResult | None]:
@@ -145,6 +152,12 @@ def _advance(
         return plan.send(value), None  # type: ignore[arg-type]
     except StopIteration as done:
         return None, done.value
+
+
+def _extra(tokens: int) -> int:
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        raise ValueError(f"extra_tokens must be an integer >= 0, got {tokens!r}")
+    return tokens
 
 
 def _as_sequence(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:

@@ -35,8 +35,9 @@ from typing_extensions import NotRequired, TypedDict
 from langmem_ext.engine import Strategy
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
+from langmem_ext.tokens import TokenCounter
 
-__all__ = ["MemoryAgentState", "MemoryMessagesState", "MemoryNode", "Mode"]
+__all__ = ["MemoryAgentState", "MemoryMessagesState", "MemoryNode", "Mode", "removals"]
 
 Mode = Literal["view", "rewrite"]
 
@@ -128,35 +129,39 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         state = result.state
         update: dict[str, Any] = {self.output_key: result.messages}
         if self.mode == "rewrite":
-            removed, state = self._removals(messages, state)
+            removed, state = removals(messages, state, self.strategy.counter)
             if removed:
                 update[self.messages_key] = [RemoveMessage(id=i) for i in removed]
         update[self.state_key] = state.to_dict()
         return update
 
-    def _removals(
-        self, messages: Sequence[BaseMessage], state: MemoryState
-    ) -> tuple[list[str], MemoryState]:
-        """Ids to remove from the graph state, and the memory state as it will be once they are
-        gone (so the next turn sees an append-only history, not a rewritten one)."""
-        body_start = 1 if messages and isinstance(messages[0], SystemMessage) else 0
-        if state.folded:  # summarizing strategy: remove exactly what the summary now holds
-            gone = list(messages[body_start : body_start + state.folded])
-        elif state.cut_index is not None and state.cut_index > body_start:
-            gone = list(messages[body_start : state.cut_index])  # trimming strategy
-        else:
-            return [], state
-        if any(m.id is None for m in gone):  # cannot remove by id: keep everything this turn
-            return [], state
-        count = self.strategy.counter.count_message
-        removed_tokens = sum(count(m) for m in gone)
-        return [str(m.id) for m in gone], replace(
-            state,
-            seen=state.seen - len(gone),
-            seen_tokens=state.seen_tokens - removed_tokens,
-            folded=0,
-            folded_key=None,
-            folded_tokens=0,
-            cut_index=None if state.cut_index is None else state.cut_index - len(gone),
-            clipped=max(state.clipped - len(gone), 0),
-        )
+
+def removals(
+    messages: Sequence[BaseMessage], state: MemoryState, counter: TokenCounter
+) -> tuple[list[str], MemoryState]:
+    """Rewrite mode: the ids to remove from the graph state, and the memory state as it will be
+    once they are gone (so the next turn sees an append-only history, not a rewritten one).
+
+    Removed: the messages folded into the summary (summarizing strategies), or the messages
+    before the view's cut (trimming strategies). Nothing when a message to remove has no id.
+    """
+    body_start = 1 if messages and isinstance(messages[0], SystemMessage) else 0
+    if state.folded:  # summarizing strategy: remove exactly what the summary now holds
+        gone = list(messages[body_start : body_start + state.folded])
+    elif state.cut_index is not None and state.cut_index > body_start:
+        gone = list(messages[body_start : state.cut_index])  # trimming strategy
+    else:
+        return [], state
+    if any(m.id is None for m in gone):  # cannot remove by id: keep everything this turn
+        return [], state
+    removed_tokens = sum(counter.count_message(m) for m in gone)
+    return [str(m.id) for m in gone], replace(
+        state,
+        seen=state.seen - len(gone),
+        seen_tokens=state.seen_tokens - removed_tokens,
+        folded=0,
+        folded_key=None,
+        folded_tokens=0,
+        cut_index=None if state.cut_index is None else state.cut_index - len(gone),
+        clipped=max(state.clipped - len(gone), 0),
+    )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
@@ -15,6 +16,16 @@ from langmem_ext.summarize import Summarizer, SummarizerLike
 from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
 
 __all__ = ["Compacting", "SlidingWindow", "SummaryBuffer", "TieredSummary", "TokenBudget"]
+
+
+ConfigT = TypeVar("ConfigT", CutConfig, FoldConfig)
+
+
+def _reserving(config: ConfigT, extra: int) -> ConfigT:
+    """The config with ``extra`` more tokens held back (tool schemas of this request)."""
+    if not extra:
+        return config
+    return replace(config, reserve_tokens=config.reserve_tokens + extra)
 
 
 class TokenBudget(Strategy):
@@ -80,8 +91,10 @@ class TokenBudget(Strategy):
         target = f", target_tokens={c.target_tokens}" if c.target_tokens else ""
         return f"TokenBudget(max_tokens={c.max_tokens}{target}, counter={self.counter!r})"
 
-    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
-        return finished(plan_cut, messages, state, self.config, self.counter)
+    def _plan(
+        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
+    ) -> Plan:
+        return finished(plan_cut, messages, state, _reserving(self.config, extra), self.counter)
 
 
 class SlidingWindow(Strategy):
@@ -128,8 +141,10 @@ class SlidingWindow(Strategy):
         tokens = f", max_tokens={self.config.max_tokens}" if self.config.max_tokens else ""
         return f"SlidingWindow(max_messages={self.config.max_messages}{tokens})"
 
-    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
-        return finished(plan_cut, messages, state, self.config, self.counter)
+    def _plan(
+        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
+    ) -> Plan:
+        return finished(plan_cut, messages, state, _reserving(self.config, extra), self.counter)
 
 
 class _Summarizing(Strategy):
@@ -177,8 +192,10 @@ class _Summarizing(Strategy):
             f"down to {c.target_tokens}, max_summary_tokens={c.max_summary_tokens})"
         )
 
-    def _plan(self, messages: Sequence[BaseMessage], state: MemoryState, now: float) -> Plan:
-        return plan_fold(messages, state, self.config, self.counter, now)
+    def _plan(
+        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
+    ) -> Plan:
+        return plan_fold(messages, state, _reserving(self.config, extra), self.counter, now)
 
 
 _FAILURE_DOC = """
