@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine (they create .venv and install into it):
-#   make demo    run the main job: a long synthetic conversation through the strategies
+#   make demo    run the main job: a tool-using agent with memory on SQLite (examples/agent.py)
 #   make test    run the whole test suite
 # Also: make lint (ruff + mypy), make bench (benchmarks), make ci (what .ci/run runs).
 
@@ -17,14 +17,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m langmem_ext demo
+	$(BIN)/python examples/agent.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check langmem_ext tests bench scripts
-	$(BIN)/ruff format --check langmem_ext tests bench scripts
+	$(BIN)/ruff check langmem_ext tests bench scripts examples
+	$(BIN)/ruff format --check langmem_ext tests bench scripts examples
 	$(BIN)/mypy
 
 bench: $(STAMP)
