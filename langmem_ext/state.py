@@ -69,7 +69,11 @@ class MemoryState:
         return dict(self.summary)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON types only (lists, not tuples), so a dict read back from any checkpointer
+        compares equal to the one written."""
+        data = asdict(self)
+        data["summary"] = [list(pair) for pair in self.summary]
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

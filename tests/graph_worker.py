@@ -1,0 +1,181 @@
+"""Run MemoryNode graph turns on a persistent checkpointer; used in-process by
+``tests/test_graph_persistence.py`` and as a subprocess (a real restart) from it.
+
+    python tests/graph_worker.py --backend sqlite --target run.sqlite --mode rewrite \
+        --thread t1=alpha --start 0 --stop 8
+
+prints one JSON object to stdout: ``{thread: {"memory", "messages", "views"}}``. Threads given
+together are run round-robin, one turn each. Everything is deterministic (message ids, the
+summarizer, the model), so two runs of the same conversation can be compared exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sqlite3
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa: E402
+from langgraph.graph import START, StateGraph  # noqa: E402
+
+from langmem_ext import MemoryMessagesState, MemoryNode, SummaryBuffer  # noqa: E402
+
+MAX_TOKENS = 1_000
+MAX_SUMMARY_TOKENS = 100
+
+_QUESTION = re.compile(r"question (\d+):")
+_COVERED = re.compile(r"\bq(\d+)\b")
+_MARKER = re.compile(r"marker=(\w+)")
+
+
+def question(i: int, marker: str) -> HumanMessage:
+    return HumanMessage(
+        f"question {i}: marker={marker} " + "tell me more about the shipment " * 12,
+        id=f"{marker}-q{i}",
+    )
+
+
+def summarizer(prompt: list[BaseMessage]) -> str:
+    """Deterministic and content-dependent: the summary lists every question number and marker
+    it has read (in the transcript or the previous summary), so a summary that missed, repeated
+    or mixed up messages is visible."""
+    text = "\n".join(str(m.content) for m in prompt)
+    numbers = {int(n) for n in _QUESTION.findall(text)} | {int(n) for n in _COVERED.findall(text)}
+    markers = sorted(set(_MARKER.findall(text)))
+    covered = " ".join(f"q{n}" for n in sorted(numbers))
+    return f"covers {covered}; " + " ".join(f"marker={m}" for m in markers)
+
+
+def covered(summary_text: str) -> set[int]:
+    """The question numbers a summary written by :func:`summarizer` covers."""
+    return {int(n) for n in _COVERED.findall(summary_text)}
+
+
+def markers(text: str) -> set[str]:
+    return set(_MARKER.findall(text))
+
+
+def make_strategy(summarize: Callable[..., Any] = summarizer, **kwargs: Any) -> SummaryBuffer:
+    return SummaryBuffer(
+        MAX_TOKENS, summarizer=summarize, max_summary_tokens=MAX_SUMMARY_TOKENS, **kwargs
+    )
+
+
+def build_graph(node: MemoryNode, checkpointer: Any, seen: list[list[BaseMessage]]) -> Any:
+    """memory -> model, where the model records the view it was given and answers the last
+    question, echoing its number and marker (read from the view only)."""
+
+    def model(state: MemoryMessagesState) -> dict[str, Any]:
+        view = list(state["llm_input_messages"])
+        seen.append(view)
+        last = str(view[-1].content)
+        number = last.split(":")[0].removeprefix("question ")
+        marker = _MARKER.findall(last)[0]
+        answer = f"answer {number}: marker={marker} " + "details " * 40
+        return {"messages": [AIMessage(answer, id=f"{marker}-a{number}")]}
+
+    builder = StateGraph(MemoryMessagesState)
+    builder.add_node("memory", node)
+    builder.add_node("model", model)
+    builder.add_edge(START, "memory")
+    builder.add_edge("memory", "model")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def dump_message(message: BaseMessage) -> list[Any]:
+    return [message.type, message.id, str(message.content)]
+
+
+def dump(values: dict[str, Any], views: list[list[BaseMessage]]) -> dict[str, Any]:
+    return {
+        "memory": values.get("memory"),
+        "messages": [dump_message(m) for m in values.get("messages", [])],
+        "views": [[dump_message(m) for m in view] for view in views],
+    }
+
+
+def run_threads(
+    checkpointer: Any, threads: Sequence[tuple[str, str]], turns: range, mode: str
+) -> dict[str, Any]:
+    """Run ``turns`` on every (thread_id, marker), round-robin; one shared graph."""
+    seen: dict[str, list[list[BaseMessage]]] = {t: [] for t, _ in threads}
+    current: list[list[BaseMessage]] = []
+    graph = build_graph(MemoryNode(make_strategy(), mode=mode), checkpointer, current)  # type: ignore[arg-type]
+    for i in turns:
+        for thread, marker in threads:
+            current.clear()
+            graph.invoke({"messages": [question(i, marker)]}, _config(thread))
+            seen[thread].extend(current)
+    return {t: dump(dict(graph.get_state(_config(t)).values), seen[t]) for t, _ in threads}
+
+
+async def arun_threads(
+    checkpointer: Any, threads: Sequence[tuple[str, str]], turns: range, mode: str
+) -> dict[str, Any]:
+    seen: dict[str, list[list[BaseMessage]]] = {t: [] for t, _ in threads}
+    current: list[list[BaseMessage]] = []
+    graph = build_graph(MemoryNode(make_strategy(), mode=mode), checkpointer, current)  # type: ignore[arg-type]
+    for i in turns:
+        for thread, marker in threads:
+            current.clear()
+            await graph.ainvoke({"messages": [question(i, marker)]}, _config(thread))
+            seen[thread].extend(current)
+    out = {}
+    for t, _ in threads:
+        out[t] = dump(dict((await graph.aget_state(_config(t))).values), seen[t])
+    return out
+
+
+def _config(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", choices=("sqlite", "postgres", "apostgres"), required=True)
+    parser.add_argument("--target", required=True, help="sqlite file or postgres conninfo")
+    parser.add_argument("--mode", choices=("view", "rewrite"), default="rewrite")
+    parser.add_argument("--thread", action="append", required=True, help="THREAD_ID=MARKER")
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--stop", type=int, required=True)
+    args = parser.parse_args(argv)
+    threads = [tuple(t.split("=", 1)) for t in args.thread]
+    turns = range(args.start, args.stop)
+
+    if args.backend == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(args.target, check_same_thread=False)
+        try:
+            out = run_threads(SqliteSaver(conn), threads, turns, args.mode)  # type: ignore[arg-type]
+        finally:
+            conn.close()
+    elif args.backend == "postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(args.target) as saver:
+            out = run_threads(saver, threads, turns, args.mode)  # type: ignore[arg-type]
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        async def go() -> dict[str, Any]:
+            async with AsyncPostgresSaver.from_conn_string(args.target) as saver:
+                return await arun_threads(saver, threads, turns, args.mode)  # type: ignore[arg-type]
+
+        out = asyncio.run(go())
+    json.dump(out, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
