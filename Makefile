@@ -30,6 +30,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.summaries $(BENCH_ARGS)
+	$(BIN)/python -m bench.growth $(BENCH_ARGS)
 
 ci: lint test
 
