@@ -128,6 +128,31 @@ class Strategy(ABC):
         self._notify(before, result.state)
         return result
 
+    # -- read-only ----------------------------------------------------------------------------
+
+    def view(
+        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
+    ) -> MemoryResult:
+        """Read-only :meth:`apply`: the view for ``messages`` under ``state`` without ever
+        calling the summarizer and without notifying callbacks. A fold the plan would ask for
+        is deferred (not counted as a failure): the view then shows the summary so far, the
+        newest messages that fit and a note with the number of messages not shown. The
+        returned ``state`` is informational; readers should not store it."""
+        before = MemoryState.coerce(state)
+        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
+        _, result = _advance(plan, None)
+        while result is None:
+            _, result = _advance(plan, FoldOutcome(deferred=True))
+        return result
+
+    async def aview(
+        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
+    ) -> MemoryResult:
+        """Async :meth:`view`; counting runs off the event loop when the counter does I/O."""
+        if getattr(self.counter, "is_blocking", False):
+            return await asyncio.to_thread(self.view, messages, state, extra_tokens=extra_tokens)
+        return self.view(messages, state, extra_tokens=extra_tokens)
+
     # -- callbacks --------------------------------------------------------------------------------
 
     def _notify(self, before: MemoryState, after: MemoryState) -> None:

@@ -69,10 +69,12 @@ class FoldRequest:
 
 @dataclass(frozen=True, slots=True)
 class FoldOutcome:
-    """The driver's answer: the new sections, or the error that stopped the fold."""
+    """The driver's answer: the new sections, or the error that stopped the fold, or
+    ``deferred`` (a read-only call: the fold is not attempted, nothing counts as a failure)."""
 
     sections: Mapping[str, str] | None = None
     error: BaseException | None = None
+    deferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +376,7 @@ def plan_fold(
                 folded_now, folds = len(batch), folds + 1
                 b = new_b
                 health, failures, retry_at, last_error = "healthy", 0, None, None
-            else:
+            elif not outcome.deferred:
                 error = outcome.error or RuntimeError("the summarizer returned no summary")
                 failures += 1
                 health = "degraded" if failures >= config.degrade_after else "retrying"

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
+from langgraph.channels.ephemeral_value import EphemeralValue
 from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 from typing_extensions import NotRequired, TypedDict
@@ -49,11 +50,19 @@ def _last_value(_old: Any, new: Any) -> Any:
 
 class MemoryMessagesState(TypedDict):
     """``MessagesState`` plus the memory channel (a JSON dict, so every checkpointer stores it)
-    and the view for the model. Extend it like ``MessagesState``."""
+    and the view for the model. Extend it like ``MessagesState``.
+
+    ``llm_input_messages`` is an ``EphemeralValue`` channel: the view lives from the memory step
+    to the model step and is then cleared, so it is stored only in the checkpoint taken between
+    the two (where an interrupt before the model, or a replay from there, still finds it) and
+    not in every later checkpoint. A plain ``list`` channel would store a copy of the view in
+    every checkpoint of the thread. The model node must therefore run in the step right after
+    the memory node (an edge ``memory -> model``, as ``pre_model_hook`` does).
+    """
 
     messages: Annotated[list[AnyMessage], add_messages]
     memory: NotRequired[Annotated[dict[str, Any] | None, _last_value]]
-    llm_input_messages: NotRequired[list[AnyMessage]]
+    llm_input_messages: NotRequired[Annotated[list[AnyMessage], EphemeralValue(list)]]
 
 
 class MemoryAgentState(MemoryMessagesState):

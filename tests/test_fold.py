@@ -407,3 +407,28 @@ def test_truncate_summary_shortens_the_summary_in_the_view_only() -> None:
     assert W().count_messages(squeezed.messages) <= 80
     assert "summary shortened by langmem_ext" in str(squeezed.messages[0].content)
     assert squeezed.state.sections["conversation"] == long_summary
+
+
+def test_view_is_read_only_it_never_calls_the_summarizer_and_defers_the_fold() -> None:
+    fake = FakeSummarizer()
+    strategy = SummaryBuffer(
+        60, summarizer=fake, max_summary_tokens=20, counter=W(), min_messages=1
+    )
+    history = conversation(4)[:8]  # ends with h3
+    state = strategy.apply(history[:6]).state  # 3 turns fit: no fold yet
+    # with the 4th turn the view is over budget: apply would fold, view must not
+    seen = strategy.view(history, state)
+    assert fake.prompts == []
+    assert seen.state.health == "healthy" and seen.state.failures == 0
+    assert seen.state.folds == 0 and seen.state.summary == ()
+    assert seen.messages[-1].id == "h3" and validate(seen.messages) == []
+    assert seen.report.tokens_after <= 60
+    note = str(seen.messages[0].content)
+    assert f"{seen.report.not_shown} earlier message(s)" in note and seen.report.not_shown > 0
+    # after a real fold, the read-only view is exactly what apply showed
+    folded = strategy.apply(history, state)
+    assert len(fake.prompts) == 1
+    again = strategy.view(history, folded.state)
+    assert again.messages == folded.messages and again.state == folded.state
+    assert asyncio.run(strategy.aview(history, folded.state)).messages == folded.messages
+    assert len(fake.prompts) == 1

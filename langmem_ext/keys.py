@@ -1,0 +1,145 @@
+"""Who a memory belongs to: ``MemoryKey(tenant, user, session)`` and its store namespaces.
+
+Memory outside the graph state (the chat-history surface, retrieval indexes) lives in a LangGraph
+``BaseStore`` under a namespace built from the key. Two different keys never share a namespace:
+every part is percent-encoded on its own (``/``, ``:``, ``.`` and ``%`` included), so
+``MemoryKey("a:b", "c")`` and ``MemoryKey("a", "b:c")`` are different keys, and every label is
+non-empty and free of ``.`` (which LangGraph's stores reserve as their namespace separator).
+
+``MemoryKey.from_config(config)`` reads the parts from ``config["configurable"]``
+(``tenant_id``, ``user_id``, then ``session_id`` or ``thread_id``). A missing part falls back to
+``"default"``, unless ``require_explicit_key=True``: then it fails closed with
+:class:`MissingKeyError`, so a multi-tenant service can never read a shared default memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+from langmem_ext.errors import LangmemExtError
+
+__all__ = ["DEFAULT", "MemoryKey", "MissingKeyError"]
+
+DEFAULT = "default"
+_PARTS = ("tenant", "user", "session")
+#: where ``from_config`` looks, in order, for each part
+CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
+    "tenant": ("tenant_id", "tenant"),
+    "user": ("user_id", "user"),
+    "session": ("session_id", "thread_id", "conversation_id"),
+}
+
+
+class MissingKeyError(LangmemExtError, KeyError):
+    """A part of the memory key was not given and ``require_explicit_key=True``."""
+
+    def __init__(self, missing: tuple[str, ...], looked_in: Mapping[str, tuple[str, ...]]) -> None:
+        fields = "; ".join(f"{part}: one of {', '.join(looked_in[part])}" for part in missing)
+        super().__init__(
+            f"memory key incomplete: {', '.join(missing)} not given and require_explicit_key=True "
+            f"(set them in config['configurable'] - {fields})"
+        )
+        self.missing = missing
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+def _encode(part: str) -> str:
+    # quote() leaves "." alone (unreserved), but "." is the stores' separator: encode it too
+    return quote(part, safe="").replace(".", "%2E")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryKey:
+    """The owner of a memory. Every part is a non-empty string.
+
+    Example:
+        >>> key = MemoryKey("acme", "u42", "chat-1")
+        >>> key.namespace("history")
+        ('langmem_ext', 'history', 'acme', 'u42', 'chat-1')
+        >>> MemoryKey("a:b", "c").encode() != MemoryKey("a", "b:c").encode()
+        True
+        >>> MemoryKey.decode(MemoryKey("t.1", "a/b", "%").encode())
+        MemoryKey(tenant='t.1', user='a/b', session='%')
+    """
+
+    tenant: str = DEFAULT
+    user: str = DEFAULT
+    session: str = DEFAULT
+
+    def __post_init__(self) -> None:
+        for name in _PARTS:
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"MemoryKey.{name} must be a str, got {type(value).__name__}")
+            if not value:
+                raise ValueError(f"MemoryKey.{name} must not be empty")
+
+    @property
+    def parts(self) -> tuple[str, str, str]:
+        return (self.tenant, self.user, self.session)
+
+    def labels(self) -> tuple[str, str, str]:
+        """The encoded parts: namespace labels with no ``.``, never empty, never colliding."""
+        return (_encode(self.tenant), _encode(self.user), _encode(self.session))
+
+    def namespace(self, kind: str, *, scope: str = "session") -> tuple[str, ...]:
+        """The store namespace for this key's ``kind`` of data (``"history"``, ``"turns"`` ...).
+
+        ``scope="user"`` stops after the user (a prefix of all of the user's sessions), and
+        ``scope="tenant"`` after the tenant; namespaces of different tenants never share a prefix
+        longer than ``("langmem_ext", kind)``.
+        """
+        if not kind or "." in kind:
+            raise ValueError(f"namespace kind must be non-empty and contain no '.', got {kind!r}")
+        depth = {"tenant": 1, "user": 2, "session": 3}.get(scope)
+        if depth is None:
+            raise ValueError(f"scope must be 'tenant', 'user' or 'session', got {scope!r}")
+        return ("langmem_ext", kind, *self.labels()[:depth])
+
+    def encode(self) -> str:
+        """One string for the key, e.g. for a file name or a log line; :meth:`decode` inverts it."""
+        return "/".join(self.labels())
+
+    @classmethod
+    def decode(cls, text: str) -> MemoryKey:
+        parts = text.split("/")
+        if len(parts) != 3:
+            raise ValueError(f"not an encoded MemoryKey (tenant/user/session): {text!r}")
+        return cls(*(unquote(p) for p in parts))
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any] | None,
+        *,
+        require_explicit_key: bool = False,
+        fields: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> MemoryKey:
+        """The key in a runnable config's ``configurable`` section.
+
+        ``fields`` overrides where each part is looked up (see ``CONFIG_FIELDS``). Values are
+        turned into strings (``user_id=42`` gives ``"42"``); ``None`` and ``""`` count as missing.
+        """
+        looked_in = {**CONFIG_FIELDS, **(fields or {})}
+        configurable = (config or {}).get("configurable") or {}
+        if not isinstance(configurable, Mapping):
+            raise TypeError(f"config['configurable'] must be a mapping, got {configurable!r}")
+        found: dict[str, str] = {}
+        missing: list[str] = []
+        for part in _PARTS:
+            value = next(
+                (configurable[f] for f in looked_in[part] if configurable.get(f) not in (None, "")),
+                None,
+            )
+            if value is None:
+                missing.append(part)
+            else:
+                found[part] = str(value)
+        if missing and require_explicit_key:
+            raise MissingKeyError(tuple(missing), looked_in)
+        return cls(**found)
