@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,35 @@ def tiktoken_counter():
     from langmem_ext import TiktokenCounter
 
     return TiktokenCounter(model="gpt-4o")
+
+
+PG_DEFAULT = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+
+
+@pytest.fixture(scope="session")
+def pg_schema_dsn() -> Iterator[str]:
+    """A PostgreSQL conninfo whose ``search_path`` is a fresh schema, dropped at the end.
+
+    The server is ``LANGMEM_EXT_TEST_PG`` (default: 127.0.0.1:5432, user postgres, db test).
+    When it is unreachable the test is skipped with the reason, except under ``CI=true``, where
+    it fails: PostgreSQL tests must run in CI.
+    """
+    ci = os.environ.get("CI") == "true"
+    psycopg = __import__("psycopg") if ci else pytest.importorskip("psycopg")
+    from psycopg.conninfo import make_conninfo
+
+    base = os.environ.get("LANGMEM_EXT_TEST_PG", PG_DEFAULT)
+    try:
+        admin = psycopg.connect(make_conninfo(base, connect_timeout=3), autocommit=True)
+    except psycopg.OperationalError as error:
+        message = f"PostgreSQL is unreachable at {base!r}: {error}"
+        if ci:
+            pytest.fail(f"CI=true and {message}")
+        pytest.skip(f"{message} (set LANGMEM_EXT_TEST_PG to run these tests)")
+    schema = f"langmem_ext_test_{uuid.uuid4().hex[:10]}"
+    try:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+        yield make_conninfo(base, options=f"-csearch_path={schema}")
+    finally:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        admin.close()

@@ -11,13 +11,11 @@ instead when ``CI=true``.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
 import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +37,6 @@ from langmem_ext import MemoryNode, MemoryState
 
 WORKER = Path(__file__).resolve().parent / "graph_worker.py"
 RUN = uuid.uuid4().hex[:10]  # thread ids and the PostgreSQL schema are unique per test run
-PG_DEFAULT = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 
 
 def config(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -88,31 +85,14 @@ def assert_restart_is_exact(
 
 
 @pytest.fixture(scope="module")
-def pg_dsn() -> Iterator[str]:
-    """A conninfo whose search_path is a fresh schema holding the checkpointer's tables."""
-    ci = os.environ.get("CI") == "true"
-    psycopg = __import__("psycopg") if ci else pytest.importorskip("psycopg")
+def pg_dsn(pg_schema_dsn: str) -> str:
+    """The shared fresh schema (tests/conftest.py), with the checkpointer's tables set up once,
+    so concurrent workers never race on the migrations."""
     from langgraph.checkpoint.postgres import PostgresSaver
-    from psycopg.conninfo import make_conninfo
 
-    base = os.environ.get("LANGMEM_EXT_TEST_PG", PG_DEFAULT)
-    try:
-        admin = psycopg.connect(make_conninfo(base, connect_timeout=3), autocommit=True)
-    except psycopg.OperationalError as error:
-        message = f"PostgreSQL is unreachable at {base!r}: {error}"
-        if ci:
-            pytest.fail(f"CI=true and {message}")
-        pytest.skip(f"{message} (set LANGMEM_EXT_TEST_PG to run these tests)")
-    schema = f"langmem_ext_test_{RUN}"
-    try:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-        dsn = make_conninfo(base, options=f"-csearch_path={schema}")
-        with PostgresSaver.from_conn_string(dsn) as saver:
-            saver.setup()  # once, so concurrent workers never race on the migrations
-        yield dsn
-    finally:
-        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.close()
+    with PostgresSaver.from_conn_string(pg_schema_dsn) as saver:
+        saver.setup()
+    return pg_schema_dsn
 
 
 # --- 1. restart in a real second process: SqliteSaver --------------------------------------
