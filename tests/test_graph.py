@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
+from pydantic import Field
 
 from langmem_ext import (
     ApproximateCounter,
@@ -132,6 +133,63 @@ def test_as_pre_model_hook_of_create_react_agent() -> None:
     assert out["memory"]["folds"] >= 1
     assert len(out["messages"]) < 30
     assert out["messages"][-1].content.startswith("reply 14")
+
+
+class RecordingFake(GenericFakeChatModel):
+    """GenericFakeChatModel that records the messages of every request."""
+
+    requests: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        self.requests.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+def test_the_view_is_stored_only_between_the_memory_step_and_the_model_step(
+    tmp_path: Path,
+) -> None:
+    """llm_input_messages is ephemeral: not in the thread's later checkpoints, but an interrupt
+    before the model (and a resume in a new graph object) still sends the view, never the full
+    history (the langgraph#8925 fallback)."""
+    from langgraph.prebuilt import create_react_agent
+
+    conn = sqlite3.connect(str(tmp_path / "hitl.sqlite"), check_same_thread=False)
+    model = RecordingFake(
+        messages=(AIMessage(f"reply {i} " + "words " * 30, id=f"r{i}") for i in itertools.count())
+    )
+
+    def agent() -> Any:  # a new graph object for every resume
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return create_react_agent(
+                model,
+                tools=[],
+                pre_model_hook=MemoryNode(TokenBudget(500)),
+                state_schema=MemoryAgentState,
+                checkpointer=SqliteSaver(conn),
+                interrupt_before=["agent"],
+            )
+
+    config = {"configurable": {"thread_id": "hitl"}}
+    try:
+        for i in range(10):
+            agent().invoke({"messages": [question(i)]}, config)
+            paused = agent().get_state(config)
+            assert paused.next == ("agent",)
+            view = paused.values["llm_input_messages"]  # kept across the interrupt
+            assert view[-1].content == question(i).content
+            agent().invoke(None, config)
+            assert model.requests[-1] == view  # exactly the view, never the full history
+            assert COUNTER.count_messages(view) <= 500
+        history = [m.id for m in agent().get_state(config).values["messages"]]
+        assert len(history) == 20 and len(model.requests[-1]) < 19
+        states = list(agent().get_state_history(config))
+        assert "llm_input_messages" not in states[0].values  # the latest checkpoint
+        with_view = [s for s in states if "llm_input_messages" in s.values]
+        assert with_view and all(s.next == ("agent",) for s in with_view)
+        assert len(with_view) == 10  # one per turn: the checkpoint between hook and model
+    finally:
+        conn.close()
 
 
 def test_threads_never_share_memory() -> None:

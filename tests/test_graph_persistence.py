@@ -46,17 +46,29 @@ def config(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     return {"configurable": configurable}
 
 
-def worker_args(backend: str, target: str, mode: str, start: int, stop: int, *threads: str) -> list:
+def worker_args(
+    backend: str,
+    target: str,
+    mode: str,
+    start: int,
+    stop: int,
+    *threads: str,
+    surface: str = "node",
+) -> list[str]:
     args = [sys.executable, str(WORKER), "--backend", backend, "--target", target, "--mode", mode]
+    args += ["--surface", surface]
     args += ["--start", str(start), "--stop", str(stop)]
     for thread in threads:
         args += ["--thread", thread]
     return args
 
 
-def spawn(*args: Any) -> subprocess.Popen[str]:
+def spawn(*args: Any, surface: str = "node") -> subprocess.Popen[str]:
     return subprocess.Popen(
-        worker_args(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        worker_args(*args, surface=surface),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -66,9 +78,9 @@ def result(process: subprocess.Popen[str]) -> dict[str, Any]:
     return json.loads(out)  # type: ignore[no-any-return]
 
 
-def reference(marker: str, turns: range, mode: str) -> dict[str, Any]:
+def reference(marker: str, turns: range, mode: str, surface: str = "node") -> dict[str, Any]:
     """The same conversation, uninterrupted, in this process on an InMemorySaver."""
-    return run_threads(InMemorySaver(), [("ref", marker)], turns, mode)["ref"]  # type: ignore[arg-type]
+    return run_threads(InMemorySaver(), [("ref", marker)], turns, mode, surface)["ref"]  # type: ignore[arg-type]
 
 
 def assert_restart_is_exact(
@@ -98,17 +110,29 @@ def pg_dsn(pg_schema_dsn: str) -> str:
 # --- 1. restart in a real second process: SqliteSaver --------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["rewrite", "view"])
-def test_sqlite_restart_in_a_second_process_continues_exactly(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "mode", "surface"),
+    [
+        ("sqlite", "rewrite", "node"),
+        ("sqlite", "view", "node"),
+        ("asqlite", "rewrite", "node"),  # AsyncSqliteSaver, ainvoke
+        ("sqlite", "rewrite", "middleware"),  # create_agent + MemoryMiddleware
+        ("asqlite", "view", "middleware"),
+    ],
+)
+def test_sqlite_restart_in_a_second_process_continues_exactly(
+    tmp_path: Path, backend: str, mode: str, surface: str
+) -> None:
     turns, split = 16, 7
     whole_db, split_db = str(tmp_path / "whole.sqlite"), str(tmp_path / "split.sqlite")
-    whole_run = spawn("sqlite", whole_db, mode, 0, turns, "t=alpha")
-    first = result(spawn("sqlite", split_db, mode, 0, split, "t=alpha"))["t"]
-    resumed = result(spawn("sqlite", split_db, mode, split, turns, "t=alpha"))["t"]
+    whole_run = spawn(backend, whole_db, mode, 0, turns, "t=alpha", surface=surface)
+    first = result(spawn(backend, split_db, mode, 0, split, "t=alpha", surface=surface))["t"]
+    resumed = result(spawn(backend, split_db, mode, split, turns, "t=alpha", surface=surface))["t"]
     whole = result(whole_run)["t"]
 
     assert_restart_is_exact(whole, first, resumed, split)
-    assert whole == reference("alpha", range(turns), mode)  # and a subprocess changes nothing
+    # and a subprocess, or the async saver, changes nothing
+    assert whole == reference("alpha", range(turns), mode, surface)
     memory = MemoryState.from_dict(whole["memory"])
     assert memory.folds >= 2 and memory.health == "healthy"
     kept = {int(m[1].split("-q")[1]) for m in whole["messages"] if "-q" in m[1]}
@@ -123,19 +147,24 @@ def test_sqlite_restart_in_a_second_process_continues_exactly(tmp_path: Path, mo
 # --- 2. the same on PostgreSQL, sync and async, across processes ---------------------------
 
 
-@pytest.mark.parametrize("backend", ["postgres", "apostgres"])
-def test_postgres_restart_in_a_second_process_continues_exactly(pg_dsn: str, backend: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "surface"),
+    [("postgres", "node"), ("apostgres", "node"), ("apostgres", "middleware")],
+)
+def test_postgres_restart_in_a_second_process_continues_exactly(
+    pg_dsn: str, backend: str, surface: str
+) -> None:
     turns, split = 14, 6
-    whole_id, split_id = f"{RUN}-{backend}-whole=beta", f"{RUN}-{backend}-split=beta"
-    whole_run = spawn(backend, pg_dsn, "rewrite", 0, turns, whole_id)
-    first = result(spawn(backend, pg_dsn, "rewrite", 0, split, split_id))
-    resumed = result(spawn(backend, pg_dsn, "rewrite", split, turns, split_id))
+    tag = f"{RUN}-{backend}-{surface}"
+    whole_id, split_id = f"{tag}-whole=beta", f"{tag}-split=beta"
+    whole_run = spawn(backend, pg_dsn, "rewrite", 0, turns, whole_id, surface=surface)
+    first = result(spawn(backend, pg_dsn, "rewrite", 0, split, split_id, surface=surface))
+    resumed = result(spawn(backend, pg_dsn, "rewrite", split, turns, split_id, surface=surface))
     whole = result(whole_run)
     name = split_id.split("=")[0]
     assert_restart_is_exact(whole[whole_id.split("=")[0]], first[name], resumed[name], split)
-    assert resumed[name] | {"views": []} == reference("beta", range(turns), "rewrite") | {
-        "views": []
-    }
+    expected = reference("beta", range(turns), "rewrite", surface)
+    assert resumed[name] | {"views": []} == expected | {"views": []}
     assert MemoryState.from_dict(resumed[name]["memory"]).folds >= 2
 
 
@@ -243,38 +272,52 @@ def assert_only(marker: str, state: dict[str, Any]) -> None:
         assert markers(" ".join(m[2] for m in view)) == {marker}
 
 
-def test_twenty_threads_on_one_checkpointer_never_share_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("surface", ["node", "middleware"])
+def test_twenty_threads_on_one_checkpointer_never_share_memory(
+    tmp_path: Path, surface: str
+) -> None:
     conn = sqlite3.connect(str(tmp_path / "iso.sqlite"), check_same_thread=False)
     try:
         threads = [(f"{RUN}-{word}", word) for word in WORDS]
-        states = run_threads(SqliteSaver(conn), threads, range(8), "rewrite")  # round-robin
+        states = run_threads(SqliteSaver(conn), threads, range(8), "rewrite", surface)
     finally:
         conn.close()
     for thread, word in threads:
         assert_only(word, states[thread])
         assert MemoryState.from_dict(states[thread]["memory"]).folds >= 1
         # exactly what the thread holds when it is alone on its own checkpointer
-        assert states[thread] == reference(word, range(8), "rewrite")
+        assert states[thread] == reference(word, range(8), "rewrite", surface)
 
 
-def test_three_processes_writing_postgres_at_once_stay_isolated(pg_dsn: str) -> None:
+@pytest.mark.parametrize("surface", ["node", "middleware"])
+def test_three_processes_writing_postgres_at_once_stay_isolated(pg_dsn: str, surface: str) -> None:
+    from graph_worker import build
     from langgraph.checkpoint.postgres import PostgresSaver
 
     groups = [WORDS[0:2], WORDS[2:4], WORDS[4:6]]
+    tag = f"{RUN}-pg-{surface}"
     processes = [
-        spawn("postgres", pg_dsn, "rewrite", 0, 12, *(f"{RUN}-pg-{w}={w}" for w in group))
+        spawn(
+            "postgres",
+            pg_dsn,
+            "rewrite",
+            0,
+            12,
+            *(f"{tag}-{w}={w}" for w in group),
+            surface=surface,
+        )
         for group in groups
     ]  # all three run at once, each with two threads round-robin
     outputs = [result(p) for p in processes]
     with PostgresSaver.from_conn_string(pg_dsn) as saver:
-        graph = build_graph(MemoryNode(make_strategy(), mode="rewrite"), saver, [])
+        graph = build(surface, "rewrite", saver, [])
         for group, output in zip(groups, outputs, strict=True):
             for word in group:
-                stored = dump(graph.get_state(config(f"{RUN}-pg-{word}")).values, [])
-                reported = output[f"{RUN}-pg-{word}"]
+                stored = dump(graph.get_state(config(f"{tag}-{word}")).values, [])
+                reported = output[f"{tag}-{word}"]
                 assert stored == reported | {"views": []}  # what was committed is what it ran
                 assert_only(word, reported)
-                assert reported == reference(word, range(12), "rewrite")
+                assert reported == reference(word, range(12), "rewrite", surface)
 
 
 # --- 5. a summarizer failure in the middle of a run -----------------------------------------
