@@ -16,6 +16,7 @@ import subprocess
 import sys
 import uuid
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,91 +169,108 @@ def test_postgres_restart_in_a_second_process_continues_exactly(
     assert MemoryState.from_dict(resumed[name]["memory"]).folds >= 2
 
 
+# --- savers for the in-process tests ---------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """InMemorySaver, SqliteSaver on a file, PostgresSaver on the test schema."""
+    if request.param == "memory":
+        yield InMemorySaver()
+    elif request.param == "sqlite":
+        conn = sqlite3.connect(str(tmp_path / "saver.sqlite"), check_same_thread=False)
+        try:
+            yield SqliteSaver(conn)
+        finally:
+            conn.close()
+    else:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(request.getfixturevalue("pg_dsn")) as pg:
+            yield pg
+
+
 # --- 3. time travel --------------------------------------------------------------------------
 
 
 def test_time_travel_fork_uses_the_checkpoint_memory_and_leaves_the_thread_alone(
-    tmp_path: Path,
+    saver: Any,
 ) -> None:
-    conn = sqlite3.connect(str(tmp_path / "tt.sqlite"), check_same_thread=False)
-    try:
-        seen: list[list[BaseMessage]] = []
-        saver = SqliteSaver(conn)
-        graph = build_graph(MemoryNode(make_strategy(), mode="rewrite"), saver, seen)
-        for i in range(12):
-            graph.invoke({"messages": [question(i, "gamma")]}, config("tt"))
-        head = graph.get_state(config("tt"))
-        head_memory = MemoryState.from_dict(head.values["memory"])
-        history = list(graph.get_state_history(config("tt")))
+    thread = f"{RUN}-tt-{type(saver).__name__}"
 
-        # an end-of-turn checkpoint that already has a summary, but an older one than the head
-        ends = [s for s in history if not s.next and s.values.get("memory")]
-        earlier = [
-            s
-            for s in ends
-            if 1 <= MemoryState.from_dict(s.values["memory"]).folds < head_memory.folds
-        ]
-        assert earlier, "12 turns should fold more than once"
-        past = earlier[0]  # the newest of them (history is newest first)
-        past_memory = MemoryState.from_dict(past.values["memory"])
-        k = int(past.values["messages"][-1].id.split("-a")[1])  # the turn it ended
-        assert k < 11
+    def config(thread_id: str) -> dict[str, Any]:  # this saver's own thread ids
+        return {"configurable": {"thread_id": f"{thread}-{thread_id}"}}
 
-        seen.clear()
-        graph.invoke({"messages": [question(100, "gamma")]}, past.config)
-        fork_view = seen[-1]
-        fork = graph.get_state(config("tt"))  # the fork is now the thread's newest checkpoint
-        forked = fork.values
-        assert fork.parent_config is not None
-        parents = {s.config["configurable"]["checkpoint_id"]: s for s in history}
-        assert fork.config["configurable"]["checkpoint_id"] not in parents
-        ancestor = fork  # the fork's first ancestor in the original history is the past one
-        while ancestor.config["configurable"]["checkpoint_id"] not in parents:
-            assert ancestor.parent_config is not None
-            ancestor = graph.get_state(ancestor.parent_config)
-        assert (
-            ancestor.config["configurable"]["checkpoint_id"]
-            == (past.config["configurable"]["checkpoint_id"])
-        )
+    seen: list[list[BaseMessage]] = []
+    graph = build_graph(MemoryNode(make_strategy(), mode="rewrite"), saver, seen)
+    for i in range(12):
+        graph.invoke({"messages": [question(i, "gamma")]}, config("tt"))
+    head = graph.get_state(config("tt"))
+    head_memory = MemoryState.from_dict(head.values["memory"])
+    history = list(graph.get_state_history(config("tt")))
 
-        # the fork continued from the past checkpoint's memory: identical to a fresh thread that
-        # only ever had turns 0..k and then question 100
-        oracle_seen: list[list[BaseMessage]] = []
-        oracle = build_graph(
-            MemoryNode(make_strategy(), mode="rewrite"), InMemorySaver(), oracle_seen
-        )
-        for i in [*range(k + 1), 100]:
-            oracle.invoke({"messages": [question(i, "gamma")]}, config("oracle"))
-        expected = oracle.get_state(config("oracle")).values
-        assert dump(forked, [fork_view]) == dump(expected, oracle_seen[-1:])
-        fork_memory = MemoryState.from_dict(forked["memory"])
-        assert fork_memory.folds in (past_memory.folds, past_memory.folds + 1)
-        assert fork_memory.folds < head_memory.folds or fork_memory != head_memory
-        later = set(range(k + 1, 12))  # nothing after the fork point leaks into the fork
-        assert not covered(fork_memory.sections["conversation"]) & later
-        assert not {f"gamma-q{i}" for i in later} & {m.id for m in forked["messages"]}
-        assert covered(past_memory.sections["conversation"]) <= covered(
-            fork_memory.sections["conversation"]
-        )
+    # an end-of-turn checkpoint that already has a summary, but an older one than the head
+    ends = [s for s in history if not s.next and s.values.get("memory")]
+    earlier = [
+        s for s in ends if 1 <= MemoryState.from_dict(s.values["memory"]).folds < head_memory.folds
+    ]
+    assert earlier, "12 turns should fold more than once"
+    past = earlier[0]  # the newest of them (history is newest first)
+    past_memory = MemoryState.from_dict(past.values["memory"])
+    k = int(past.values["messages"][-1].id.split("-a")[1])  # the turn it ended
+    assert k < 11
 
-        # the original head checkpoint is untouched and still resumable exactly
-        again = graph.get_state(head.config)
-        assert dump(again.values, []) == dump(head.values, [])
-        assert (
-            again.config["configurable"]["checkpoint_id"]
-            == head.config["configurable"]["checkpoint_id"]
-        )
-        history_ids = {s.config["configurable"]["checkpoint_id"] for s in history}
-        assert history_ids <= {
-            s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(config("tt"))
-        }
-        seen.clear()
-        graph.invoke({"messages": [question(12, "gamma")]}, head.config)
-        continued = graph.get_state(config("tt")).values
-        straight = reference("gamma", range(13), "rewrite")
-        assert dump(continued, seen[-1:]) == straight | {"views": straight["views"][-1:]}
-    finally:
-        conn.close()
+    seen.clear()
+    graph.invoke({"messages": [question(100, "gamma")]}, past.config)
+    fork_view = seen[-1]
+    fork = graph.get_state(config("tt"))  # the fork is now the thread's newest checkpoint
+    forked = fork.values
+    assert fork.parent_config is not None
+    parents = {s.config["configurable"]["checkpoint_id"]: s for s in history}
+    assert fork.config["configurable"]["checkpoint_id"] not in parents
+    ancestor = fork  # the fork's first ancestor in the original history is the past one
+    while ancestor.config["configurable"]["checkpoint_id"] not in parents:
+        assert ancestor.parent_config is not None
+        ancestor = graph.get_state(ancestor.parent_config)
+    assert (
+        ancestor.config["configurable"]["checkpoint_id"]
+        == (past.config["configurable"]["checkpoint_id"])
+    )
+
+    # the fork continued from the past checkpoint's memory: identical to a fresh thread that
+    # only ever had turns 0..k and then question 100
+    oracle_seen: list[list[BaseMessage]] = []
+    oracle = build_graph(MemoryNode(make_strategy(), mode="rewrite"), InMemorySaver(), oracle_seen)
+    for i in [*range(k + 1), 100]:
+        oracle.invoke({"messages": [question(i, "gamma")]}, config("oracle"))
+    expected = oracle.get_state(config("oracle")).values
+    assert dump(forked, [fork_view]) == dump(expected, oracle_seen[-1:])
+    fork_memory = MemoryState.from_dict(forked["memory"])
+    assert fork_memory.folds in (past_memory.folds, past_memory.folds + 1)
+    assert fork_memory.folds < head_memory.folds or fork_memory != head_memory
+    later = set(range(k + 1, 12))  # nothing after the fork point leaks into the fork
+    assert not covered(fork_memory.sections["conversation"]) & later
+    assert not {f"gamma-q{i}" for i in later} & {m.id for m in forked["messages"]}
+    assert covered(past_memory.sections["conversation"]) <= covered(
+        fork_memory.sections["conversation"]
+    )
+
+    # the original head checkpoint is untouched and still resumable exactly
+    again = graph.get_state(head.config)
+    assert dump(again.values, []) == dump(head.values, [])
+    assert (
+        again.config["configurable"]["checkpoint_id"]
+        == head.config["configurable"]["checkpoint_id"]
+    )
+    history_ids = {s.config["configurable"]["checkpoint_id"] for s in history}
+    assert history_ids <= {
+        s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(config("tt"))
+    }
+    seen.clear()
+    graph.invoke({"messages": [question(12, "gamma")]}, head.config)
+    continued = graph.get_state(config("tt")).values
+    straight = reference("gamma", range(13), "rewrite")
+    assert dump(continued, seen[-1:]) == straight | {"views": straight["views"][-1:]}
 
 
 # --- 4. isolation ----------------------------------------------------------------------------
@@ -323,7 +341,7 @@ def test_three_processes_writing_postgres_at_once_stay_isolated(pg_dsn: str, sur
 # --- 5. a summarizer failure in the middle of a run -----------------------------------------
 
 
-def test_summarizer_failures_mid_run_lose_nothing_and_every_turn_answers(tmp_path: Path) -> None:
+def test_summarizer_failures_mid_run_lose_nothing_and_every_turn_answers(saver: Any) -> None:
     from graph_worker import summarizer
 
     calls: list[int] = []
@@ -337,34 +355,31 @@ def test_summarizer_failures_mid_run_lose_nothing_and_every_turn_answers(tmp_pat
 
     now = [1_000.0]
     strategy = make_strategy(flaky, clock=lambda: now[0], retry_initial=5.0)
-    conn = sqlite3.connect(str(tmp_path / "flaky.sqlite"), check_same_thread=False)
+    thread = f"{RUN}-flaky-{type(saver).__name__}"
     seen: list[list[BaseMessage]] = []
     health = []
     produced: list[str] = []
-    try:
-        graph = build_graph(MemoryNode(strategy, mode="rewrite"), SqliteSaver(conn), seen)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for i in range(20):
-                before = len(calls)
-                out = graph.invoke({"messages": [question(i, "delta")]}, config("flaky"))
-                now[0] += 10.0  # past any backoff, so the next turn retries
-                produced += [f"delta-q{i}", f"delta-a{i}"]
-                memory = MemoryState.from_dict(out["memory"])
-                health.append(memory.health)
-                ids = [m.id for m in out["messages"]]
-                # the run answers every turn, from a view that ends with the question
-                assert ids[-1] == f"delta-a{i}" and seen[-1][-1].id == f"delta-q{i}"
-                # nothing is lost: every message is either still in state or in the summary
-                summary = covered(memory.sections.get("conversation", ""))
-                gone = set(produced) - set(ids)
-                assert gone == {f"delta-{x}{n}" for n in summary for x in "qa"}
-                assert ids == [p for p in produced if p not in gone]  # order kept too
-                if len(calls) > before and set(range(before + 1, len(calls) + 1)) & failing:
-                    assert memory.health != "healthy" and memory.failures >= 1
-                    assert memory.folded == 0
-    finally:
-        conn.close()
+    graph = build_graph(MemoryNode(strategy, mode="rewrite"), saver, seen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(20):
+            before = len(calls)
+            out = graph.invoke({"messages": [question(i, "delta")]}, config(thread))
+            now[0] += 10.0  # past any backoff, so the next turn retries
+            produced += [f"delta-q{i}", f"delta-a{i}"]
+            memory = MemoryState.from_dict(out["memory"])
+            health.append(memory.health)
+            ids = [m.id for m in out["messages"]]
+            # the run answers every turn, from a view that ends with the question
+            assert ids[-1] == f"delta-a{i}" and seen[-1][-1].id == f"delta-q{i}"
+            # nothing is lost: every message is either still in state or in the summary
+            summary = covered(memory.sections.get("conversation", ""))
+            gone = set(produced) - set(ids)
+            assert gone == {f"delta-{x}{n}" for n in summary for x in "qa"}
+            assert ids == [p for p in produced if p not in gone]  # order kept too
+            if len(calls) > before and set(range(before + 1, len(calls) + 1)) & failing:
+                assert memory.health != "healthy" and memory.failures >= 1
+                assert memory.folded == 0
     assert "retrying" in health and health[-1] == "healthy"
     assert covered(memory.sections["conversation"]) == set(range(20)) - {
         int(i.split("-q")[1]) for i in ids if "-q" in i
