@@ -14,8 +14,9 @@ configurations run side by side, turn by turn, each on its own file:
 * **view**: ``MemoryNode(SummaryBuffer(max_tokens, summarizer=fake), mode="view")``;
 * **rewrite**: the same with ``mode="rewrite"`` (folded messages removed from state).
 
-Both memory configurations also store the model's view (``llm_input_messages``) in every
-checkpoint, as ``MemoryMessagesState`` defines it; it is part of the sizes below.
+The model's view (``llm_input_messages``) is an ephemeral channel of ``MemoryMessagesState``: it
+is stored only in the checkpoint between the memory step and the model step of each turn, and
+not in the latest (end-of-turn) checkpoint; it is part of the file sizes below.
 
 The fake summarizer is a deterministic callable answering ~``summary_tokens`` tokens. After every
 turn the latest checkpoint row's size is read from SQLite (``length(checkpoint) +
