@@ -125,9 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'turn':>4} {'state msgs':>10} {'memory B':>8} {'view msgs':>9} {'view tok':>8}  event")
     folds = 0
     for turn, template in zip(range(1, args.turns + 1), itertools.cycle(QUESTIONS), strict=False):
-        out = agent.invoke({"messages": [HumanMessage(template.format(n=1000 + turn))]}, config)
+        question = {"messages": [HumanMessage(template.format(n=1000 + turn))]}
+        view: list[Any] = []
+        # the view lives only between the memory step and the model step (an ephemeral channel):
+        # read it from the memory node's update; the last one is what the final answer saw
+        for update in agent.stream(question, config, stream_mode="updates"):
+            view = (update.get("pre_model_hook") or {}).get("llm_input_messages", view)
+        out = agent.get_state(config).values
         memory = out.get("memory") or {}
-        view = out.get("llm_input_messages") or []
         event = ""
         if memory.get("folds", 0) > folds:
             event = f"compaction #{memory['folds']}: summary updated, folded messages removed"
@@ -138,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{turn:>4} {len(out['messages']):>10} {len(json.dumps(memory)):>8} "
             f"{len(view):>9} {counter.count_messages(view):>8}  {event}"
         )
+    conn.close()  # closing checkpoints the write-ahead log into the file
     size = db.stat().st_size
-    conn.close()
     print(f"done: {folds} compactions; SQLite file {size:,} bytes; state survives in {db}")
     return 0
 

@@ -24,4 +24,13 @@ def test_the_agent_example_runs_offline_on_sqlite_and_compacts(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert "offline scripted model" in done.stdout
     assert "compaction #1" in done.stdout
+    rows = [line.split() for line in done.stdout.splitlines() if line[:4].strip().isdigit()]
+    assert len(rows) == 30
+    state_msgs, view_msgs, view_tokens = (
+        [int(r[1]) for r in rows],
+        [int(r[3]) for r in rows],
+        [int(r[4]) for r in rows],
+    )
+    assert all(v > 0 for v in view_msgs) and all(0 < t <= 1_500 for t in view_tokens)
+    assert max(state_msgs) < 2 * 30  # rewrite mode: folded messages leave the state
     assert db.exists() and db.stat().st_size > 0
