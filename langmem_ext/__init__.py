@@ -12,6 +12,8 @@ from langmem_ext.errors import (
     TokenizerUnavailableError,
 )
 from langmem_ext.graph import MemoryAgentState, MemoryMessagesState, MemoryNode
+from langmem_ext.history import ManagedChatMessageHistory
+from langmem_ext.keys import MemoryKey, MissingKeyError
 from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
 from langmem_ext.result import MemoryReport, MemoryResult
 from langmem_ext.state import MemoryState
@@ -42,14 +44,17 @@ __all__ = [
     "ContextOverflowError",
     "Finding",
     "LangmemExtError",
+    "ManagedChatMessageHistory",
     "MemoryAgentState",
     "MemoryBudgetExceeded",
+    "MemoryKey",
     "MemoryMessagesState",
     "MemoryMiddleware",
     "MemoryNode",
     "MemoryReport",
     "MemoryResult",
     "MemoryState",
+    "MissingKeyError",
     "SlidingWindow",
     "Strategy",
     "Summarizer",
