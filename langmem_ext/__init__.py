@@ -16,6 +16,7 @@ from langmem_ext.history import ManagedChatMessageHistory
 from langmem_ext.keys import MemoryKey, MissingKeyError
 from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
 from langmem_ext.result import MemoryReport, MemoryResult
+from langmem_ext.retrieval import Retrieval
 from langmem_ext.state import MemoryState
 from langmem_ext.strategies import (
     Compacting,
@@ -55,6 +56,7 @@ __all__ = [
     "MemoryResult",
     "MemoryState",
     "MissingKeyError",
+    "Retrieval",
     "SlidingWindow",
     "Strategy",
     "Summarizer",

@@ -26,11 +26,13 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.config import get_config
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
 from langmem_ext.engine import Strategy
 from langmem_ext.graph import Mode, removals
+from langmem_ext.keys import MemoryKey
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
 
@@ -65,7 +67,9 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
 
     state_schema = MemoryMiddlewareState
 
-    def __init__(self, strategy: Strategy, *, mode: Mode = "view") -> None:
+    def __init__(
+        self, strategy: Strategy, *, mode: Mode = "view", require_explicit_key: bool = False
+    ) -> None:
         super().__init__()
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -75,6 +79,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
             raise ValueError(f"mode must be 'view' or 'rewrite', got {mode!r}")
         self.strategy = strategy
         self.mode: Mode = mode
+        self.require_explicit_key = require_explicit_key
 
     @property
     def name(self) -> str:
@@ -93,6 +98,16 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
             schema = tool if isinstance(tool, dict) else convert_to_openai_tool(tool)
             total += self.strategy.counter.count_text(json.dumps(schema, ensure_ascii=False))
         return total
+
+    def _key(self) -> MemoryKey | None:
+        """Whose memory this is (for Retrieval): from the run's ``configurable``."""
+        if not self.strategy.uses_key:
+            return None
+        try:
+            config = get_config()
+        except RuntimeError:  # called outside a runnable context
+            config = None
+        return MemoryKey.from_config(config, require_explicit_key=self.require_explicit_key)
 
     def _previous(self, request: ModelRequest[Any]) -> MemoryState | None:
         state: Any = request.state or {}
@@ -135,7 +150,10 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
         result = self.strategy.apply(
-            history, self._previous(request), extra_tokens=self._tool_tokens(request)
+            history,
+            self._previous(request),
+            extra_tokens=self._tool_tokens(request),
+            key=self._key(),
         )
         return self._respond(history, result, handler(self._request(request, result)))
 
@@ -146,6 +164,9 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
         result = await self.strategy.aapply(
-            history, self._previous(request), extra_tokens=self._tool_tokens(request)
+            history,
+            self._previous(request),
+            extra_tokens=self._tool_tokens(request),
+            key=self._key(),
         )
         return self._respond(history, result, await handler(self._request(request, result)))

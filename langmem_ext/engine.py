@@ -26,6 +26,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from langmem_ext.fold import FoldOutcome, FoldRequest
+from langmem_ext.keys import MemoryKey
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import Health, MemoryState
 from langmem_ext.summarize import Summarizer
@@ -57,6 +58,8 @@ class Strategy(ABC):
     on_health_changed: HealthCallback | None = None
     #: where ``now`` comes from (the plan reads no clock itself); replace it in tests
     clock: Callable[[], float] = staticmethod(time.time)
+    #: the strategy keeps memory outside its state and needs ``key=`` (see ``Retrieval``)
+    uses_key: bool = False
 
     @abstractmethod
     def _plan(
@@ -77,7 +80,12 @@ class Strategy(ABC):
             return FoldOutcome(error=error)
 
     def apply(
-        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike = None,
+        *,
+        extra_tokens: int = 0,
+        key: MemoryKey | None = None,
     ) -> MemoryResult:
         """The view the model should see for ``messages``, the state for the next call, a report.
 
@@ -85,7 +93,9 @@ class Strategy(ABC):
         a checkpoint), or ``None`` on the first call. Passing it back is what makes a turn cost
         O(new messages), keeps a hysteresis cut in place and carries the running summary.
         ``extra_tokens`` is what this request carries besides the messages (tool schemas, as
-        the agents middleware counts them): it is held back like ``reserve_tokens``.
+        the agents middleware counts them): it is held back like ``reserve_tokens``. ``key`` says
+        whose memory this is (strategies with memory outside the state, like ``Retrieval``, use
+        it; the others ignore it). The surfaces pass it from their config.
         """
         before = MemoryState.coerce(state)
         plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
@@ -108,7 +118,12 @@ class Strategy(ABC):
             return FoldOutcome(error=error)
 
     async def aapply(
-        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike = None,
+        *,
+        extra_tokens: int = 0,
+        key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Async :meth:`apply`: the same plan; the summarizer is awaited, and counting runs off
         the event loop when the counter does I/O. Cancelling it leaves ``state`` untouched."""
@@ -131,7 +146,12 @@ class Strategy(ABC):
     # -- read-only ----------------------------------------------------------------------------
 
     def view(
-        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike = None,
+        *,
+        extra_tokens: int = 0,
+        key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Read-only :meth:`apply`: the view for ``messages`` under ``state`` without ever
         calling the summarizer and without notifying callbacks. A fold the plan would ask for
@@ -146,7 +166,12 @@ class Strategy(ABC):
         return result
 
     async def aview(
-        self, messages: Sequence[BaseMessage], state: StateLike = None, *, extra_tokens: int = 0
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike = None,
+        *,
+        extra_tokens: int = 0,
+        key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Async :meth:`view`; counting runs off the event loop when the counter does I/O."""
         if getattr(self.counter, "is_blocking", False):

@@ -27,13 +27,14 @@ from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.channels.ephemeral_value import EphemeralValue
 from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 from typing_extensions import NotRequired, TypedDict
 
 from langmem_ext.engine import Strategy
+from langmem_ext.keys import MemoryKey
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
 from langmem_ext.tokens import TokenCounter
@@ -98,6 +99,7 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         output_key: str = "llm_input_messages",
         state_key: str = "memory",
         name: str = "memory",
+        require_explicit_key: bool = False,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -111,6 +113,7 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         self.messages_key = messages_key
         self.output_key = output_key
         self.state_key = state_key
+        self.require_explicit_key = require_explicit_key
         super().__init__(self._run, afunc=self._arun, name=name)
 
     def __repr__(self) -> str:
@@ -126,13 +129,22 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         previous = _get(state, self.state_key)
         return messages, MemoryState.coerce(previous) if previous is not None else None
 
-    def _run(self, state: Any) -> dict[str, Any]:
-        messages, previous = self._inputs(state)
-        return self._update(messages, self.strategy.apply(messages, previous))
+    def _key(self, config: RunnableConfig | None) -> MemoryKey | None:
+        """Whose memory this is, for strategies that keep memory outside the state (Retrieval):
+        ``tenant_id`` / ``user_id`` / ``thread_id`` from the run's ``configurable``."""
+        if not self.strategy.uses_key:
+            return None
+        return MemoryKey.from_config(config, require_explicit_key=self.require_explicit_key)
 
-    async def _arun(self, state: Any) -> dict[str, Any]:
+    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages, previous = self._inputs(state)
-        return self._update(messages, await self.strategy.aapply(messages, previous))
+        result = self.strategy.apply(messages, previous, key=self._key(config))
+        return self._update(messages, result)
+
+    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        messages, previous = self._inputs(state)
+        result = await self.strategy.aapply(messages, previous, key=self._key(config))
+        return self._update(messages, result)
 
     def _update(self, messages: Sequence[BaseMessage], result: MemoryResult) -> dict[str, Any]:
         state = result.state
@@ -164,6 +176,9 @@ def removals(
     if any(m.id is None for m in gone):  # cannot remove by id: keep everything this turn
         return [], state
     removed_tokens = sum(counter.count_message(m) for m in gone)
+    # Retrieval indexes evicted messages before they can be removed: move its watermark with
+    # them (0: nothing after the removed ones is indexed yet; the turn count carries on)
+    indexed = state.indexed - len(gone) if state.indexed > body_start + len(gone) else 0
     return [str(m.id) for m in gone], replace(
         state,
         seen=state.seen - len(gone),
@@ -173,4 +188,6 @@ def removals(
         folded_tokens=0,
         cut_index=None if state.cut_index is None else state.cut_index - len(gone),
         clipped=max(state.clipped - len(gone), 0),
+        indexed=indexed,
+        indexed_key=state.indexed_key if indexed else None,
     )

@@ -205,7 +205,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         deferred to the next ``add_messages``; until then the view shows the summary so far, the
         newest messages that fit and a note with the number not shown.
         """
-        return self.strategy.view(self.history.messages, self._load()).messages
+        return self.strategy.view(self.history.messages, self._load(), key=self.key).messages
 
     @messages.setter
     def messages(self, value: list[BaseMessage]) -> None:
@@ -218,7 +218,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         """Async :attr:`messages`: the backing history and the store are read with their async
         API; nothing is written and the summarizer is never called."""
         messages = await self.history.aget_messages()
-        return (await self.strategy.aview(messages, await self._aload())).messages
+        return (await self.strategy.aview(messages, await self._aload(), key=self.key)).messages
 
     @property
     def state(self) -> MemoryState | None:
@@ -264,7 +264,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         full = self.history.messages
         previous = self._load()
         try:
-            result = self.strategy.apply(full, previous)
+            result = self.strategy.apply(full, previous, key=self.key)
         except MemoryBudgetExceeded as error:
             if error.state is not None:
                 self._save(error.state)
@@ -287,7 +287,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         full = await self.history.aget_messages()
         previous = await self._aload()
         try:
-            result = await self.strategy.aapply(full, previous)
+            result = await self.strategy.aapply(full, previous, key=self.key)
         except MemoryBudgetExceeded as error:
             if error.state is not None:
                 await self._asave(error.state)

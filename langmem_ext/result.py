@@ -42,6 +42,14 @@ class MemoryReport:
     summary_tokens: int = 0
     #: the summarizer's health after this turn
     health: str = "healthy"
+    #: (Retrieval) keys of the evicted turns and knowledge passages placed in the view
+    retrieved: tuple[str, ...] = ()
+    #: (Retrieval) tokens of the retrieved-context message
+    retrieved_tokens: int = 0
+    #: (Retrieval) turns written to the index on this turn
+    indexed: int = 0
+    #: (Retrieval) knowledge sources that failed or timed out, as "name: error"
+    source_errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

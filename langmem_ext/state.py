@@ -27,6 +27,12 @@ Added in version 2, for the summarizing strategies:
   large bodies clipped;
 * ``view_tokens``: what the last view cost (a tier is crossed when it was below and is above);
 * ``prefix_key``: a digest of what the last view's prefix was made of (summary, first message).
+
+Added later in version 2 (older readers ignore them; indexing is idempotent, so nothing is lost):
+
+* ``indexed``, ``indexed_key``, ``indexed_turns``: (Retrieval) how many messages from the start
+  of the history are in the retrieval index, the stable key of the last of them, and how many
+  turns that made.
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ class MemoryState:
     clipped: int = 0
     view_tokens: int = 0
     prefix_key: str | None = None
+    indexed: int = 0
+    indexed_key: str | None = None
+    indexed_turns: int = 0
 
     @property
     def sections(self) -> dict[str, str]:
