@@ -1,0 +1,434 @@
+"""Retrieval: evicted turns are indexed once and come back when the question needs them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import InMemoryVectorStore
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+
+from langmem_ext import (
+    ApproximateCounter,
+    MemoryKey,
+    MemoryNode,
+    MemoryState,
+    Retrieval,
+    SummaryBuffer,
+    TokenBudget,
+    validate,
+)
+from langmem_ext.retrieval import RETRIEVED_ID
+
+COUNTER = ApproximateCounter()
+FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4
+
+
+def embeddings() -> Any:
+    """The real local model when the embeddings extra is installed (always in CI)."""
+    try:
+        from langmem_ext.embeddings import LocalMiniLMEmbeddings
+
+        model = LocalMiniLMEmbeddings()
+        model.load()
+        return model
+    except Exception as error:  # pragma: no cover - depends on the environment
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"the embeddings extra is not usable here: {error}")
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Any:
+    return embeddings()
+
+
+def dense_store(embed: Any) -> InMemoryStore:
+    return InMemoryStore(index={"dims": 384, "embed": embed, "fields": ["text"]})
+
+
+class CountingStore(InMemoryStore):
+    """Counts the items written."""
+
+    puts: int = 0
+
+    def batch(self, ops: Any) -> Any:
+        ops = list(ops)
+        self.puts += sum(1 for op in ops if type(op).__name__ == "PutOp")
+        return super().batch(ops)
+
+
+FACTS = {
+    4: "By the way, my locker code at the gym is 4471.",
+    11: "My sister Anna moved to Porto last spring.",
+    17: "I'm allergic to peanuts, so please keep that in mind for recipes.",
+}
+
+
+def conversation(turns: int) -> list[BaseMessage]:
+    history: list[BaseMessage] = []
+    for i in range(turns):
+        text = FACTS.get(i, f"Topic {i}: {FILLER}")
+        history += [HumanMessage(text, id=f"h{i}"), AIMessage(f"Noted ({i}). {FILLER}", id=f"a{i}")]
+    return history
+
+
+def run(strategy: Retrieval, history: list[BaseMessage], **kw: Any) -> Any:
+    """Apply at every human message, as an agent would, and return the last result."""
+    state = None
+    result = None
+    for end in range(1, len(history) + 1):
+        if isinstance(history[end - 1], HumanMessage):
+            result = strategy.apply(history[:end], state, **kw)
+            state = result.state
+    assert result is not None
+    return result
+
+
+def ask(strategy: Retrieval, history: list[BaseMessage], question: str, **kw: Any) -> Any:
+    state = run(strategy, history, **kw).state
+    return strategy.apply([*history, HumanMessage(question, id="q")], state, **kw)
+
+
+def context(result: Any) -> str:
+    found = [m for m in result.messages if m.id == RETRIEVED_ID]
+    return str(found[0].content) if found else ""
+
+
+# --- indexing ------------------------------------------------------------------------------------
+
+
+def test_every_evicted_turn_is_indexed_once_under_its_first_message_id() -> None:
+    store = CountingStore()
+    strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+    history = conversation(30)
+    result = run(strategy, history)
+    shown = {m.id for m in result.messages}
+    evicted_turns = [m.id for m in history if m.id not in shown and m.id.startswith("h")]
+    items = store.search(MemoryKey().namespace("turns"), limit=1_000)
+    assert sorted(i.key for i in items) == sorted(evicted_turns)
+    assert store.puts == len(evicted_turns)  # once each, never re-written
+    seqs = sorted(i.value["seq"] for i in items)
+    assert seqs == list(range(len(evicted_turns)))
+    assert result.state.indexed_turns == len(evicted_turns)
+    # the same history again writes nothing
+    again = strategy.apply(history, result.state)
+    assert store.puts == len(evicted_turns) and again.report.indexed == 0
+
+
+def test_a_tool_round_is_stored_with_its_turn_and_comes_back_whole() -> None:
+    store = InMemoryStore()
+    strategy = Retrieval(TokenBudget(700), store=store, ranking="bm25", k=1)
+    history: list[BaseMessage] = [
+        HumanMessage("Where is order 8812?", id="h0"),
+        AIMessage("", tool_calls=[{"name": "track", "args": {"id": "8812"}, "id": "c1"}], id="a0"),
+        ToolMessage("order 8812: held at customs in Rotterdam", tool_call_id="c1", id="t0"),
+        AIMessage("It is held at customs in Rotterdam.", id="a0b"),
+    ]
+    history += conversation(25)[2:]
+    result = ask(strategy, history, "Remind me, where was order 8812 held?")
+    text = context(result)
+    assert "assistant called track({'id': '8812'})" in text
+    assert "held at customs in Rotterdam" in text and "user: Where is order 8812?" in text
+    assert validate(result.messages) == []
+    assert not any(isinstance(m, ToolMessage) for m in result.messages if m.id == "t0")
+
+
+# --- what comes back ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ranking", ["dense", "hybrid"])
+def test_a_paraphrased_question_brings_the_planted_fact_back(minilm: Any, ranking: str) -> None:
+    strategy = Retrieval(TokenBudget(1_500), store=dense_store(minilm), ranking=ranking, k=3)
+    history = conversation(40)
+    result = ask(strategy, history, "What was the combination for my gym locker?")
+    assert "4471" in context(result)
+    result = ask(strategy, history, "Which city does my sibling live in now?")
+    assert "Porto" in context(result)
+
+
+def test_the_context_message_is_late_marked_and_within_the_budget(minilm: Any) -> None:
+    strategy = Retrieval(TokenBudget(1_500), store=dense_store(minilm), max_tokens=300)
+    history = conversation(40)
+    result = ask(strategy, history, "Any food allergies I told you about?")
+    ids = [m.id for m in result.messages]
+    assert ids[-2:] == [RETRIEVED_ID, "q"]  # just before the newest human message
+    text = context(result)
+    assert text.startswith("<retrieved_context>") and text.endswith("</retrieved_context>")
+    assert "peanuts" in text
+    assert result.report.retrieved_tokens == COUNTER.count_message(result.messages[-2]) <= 300
+    assert COUNTER.count_messages(result.messages) == result.report.tokens_after <= 1_500
+    assert validate(result.messages) == []
+    # nothing already in the view comes back
+    shown = {m.id for m in result.messages}
+    assert all(uid.rsplit("/", 1)[1] not in shown for uid in result.report.retrieved)
+
+
+def test_short_queries_are_not_searched_and_nothing_evicted_means_no_context() -> None:
+    strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), ranking="bm25")
+    history = conversation(30)
+    assert context(ask(strategy, history, "ok thanks")) == ""
+    fresh = Retrieval(TokenBudget(50_000), store=InMemoryStore(), ranking="bm25")
+    assert context(ask(fresh, conversation(5), "what was my locker code?")) == ""
+
+
+def test_the_prefix_is_stable_only_the_late_context_changes() -> None:
+    strategy = Retrieval(TokenBudget(2_000, target_tokens=1_400), store=InMemoryStore())
+    history = conversation(40)
+    state = run(strategy, history).state
+    first = strategy.apply([*history, HumanMessage("my locker code please", id="q1")], state)
+    second = strategy.apply(
+        [
+            *history,
+            HumanMessage("my locker code please", id="q1"),
+            AIMessage("4471", id="r1"),
+            HumanMessage("and where does Anna live?", id="q2"),
+        ],
+        first.state,
+    )
+    before = [m.id for m in first.messages if m.id not in (RETRIEVED_ID, "q1")]
+    after = [m.id for m in second.messages][: len(before)]
+    assert before == after  # hysteresis kept the cut: the cached prefix is the same
+
+
+# --- knowledge sources ----------------------------------------------------------------------------
+
+
+class ListRetriever(BaseRetriever):
+    docs: list[str]
+    delay: float = 0.0
+    fail: bool = False
+    finished: Any = None  # a threading.Event set when a call returns
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any = None) -> list[Document]:
+        if self.delay:
+            time.sleep(self.delay)
+            if self.finished is not None:
+                self.finished.set()
+        if self.fail:
+            raise ConnectionError("knowledge base unreachable")
+        return [Document(d) for d in self.docs]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: Any = None
+    ) -> list[Document]:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail:
+            raise ConnectionError("knowledge base unreachable")
+        return [Document(d) for d in self.docs]
+
+
+def test_sources_are_searched_deduped_and_a_failing_or_slow_one_never_breaks_the_turn() -> None:
+    embed = DeterministicFakeEmbedding(size=32)
+    vectors = InMemoryVectorStore(embed)
+    vectors.add_texts(["Returns are accepted within 30 days.", "Shipping to Norway takes 5 days."])
+    good = ListRetriever(docs=["Returns are accepted within 30 days.", "Gift cards never expire."])
+    finished = threading.Event()
+    slow = ListRetriever(docs=["late"], delay=1.5, finished=finished)
+    broken = ListRetriever(docs=[], fail=True)
+    store = InMemoryStore()
+    strategy = Retrieval(
+        TokenBudget(1_500),
+        store=store,
+        sources=[good, vectors, slow, broken],
+        source_timeout=0.3,
+        source_k=5,
+    )
+    history = conversation(6)
+    state = run(Retrieval(TokenBudget(1_500), store=store), history).state
+    question = HumanMessage("what is your returns policy for orders?", id="q")
+    result = strategy.apply([*history, question], state)
+    assert not finished.is_set()  # the turn did not wait for the slow source
+    text = context(result)
+    assert text.count("Returns are accepted within 30 days.") == 1  # deduped across sources
+    assert "Gift cards never expire." in text and "Shipping to Norway" in text
+    errors = result.report.source_errors
+    assert len(errors) == 2
+    assert any("timed out after 0.3s" in e for e in errors)
+    assert any("ConnectionError: knowledge base unreachable" in e for e in errors)
+
+    async def go() -> Any:
+        return await strategy.aapply([*history, question], state)
+
+    async_result = asyncio.run(go())
+    assert context(async_result) == text and async_result.report.source_errors == errors
+
+
+# --- isolation ------------------------------------------------------------------------------------
+
+
+def test_identical_texts_never_cross_tenants_users_or_threads() -> None:
+    store = InMemoryStore(index={"dims": 32, "embed": DeterministicFakeEmbedding(size=32)})
+    keys = [
+        MemoryKey("acme", "ann", "t1"),
+        MemoryKey("acme", "ann", "t2"),
+        MemoryKey("acme", "bob", "t1"),
+        MemoryKey("globex", "ann", "t1"),
+        MemoryKey("acme:ann", "t1", "default"),  # would collide under naive joining
+    ]
+    results = {}
+    for key in keys:
+        strategy = Retrieval(TokenBudget(900), store=store, key=key)
+        history = [m.model_copy(update={"id": f"{key.encode()}|{m.id}"}) for m in conversation(30)]
+        results[key] = ask(strategy, history, "what was my locker code at the gym?")
+    for key, result in results.items():
+        prefix = "/".join(key.namespace("turns")) + "/"
+        assert result.report.retrieved and all(
+            u.startswith(prefix) for u in result.report.retrieved
+        )
+    # scope="user" sees the user's other threads, never another user's or tenant's
+    user_scope = Retrieval(TokenBudget(900), store=store, scope="user", k=10)
+    key = MemoryKey("acme", "ann", "t3")
+    seen = user_scope.apply([HumanMessage("what was my locker code at the gym?")], key=key)
+    allowed = ("/".join(MemoryKey("acme", "ann", "x").namespace("turns", scope="user")) + "/",)
+    assert seen.report.retrieved and all(u.startswith(allowed) for u in seen.report.retrieved)
+    assert {u.split("/")[4] for u in seen.report.retrieved} <= {"t1", "t2"}
+
+
+# --- surfaces and persistence ---------------------------------------------------------------------
+
+
+def test_inside_memory_node_in_rewrite_mode_folded_turns_are_indexed_before_removal() -> None:
+    from langgraph.graph import START, StateGraph
+
+    from langmem_ext import MemoryMessagesState
+
+    def summarize(prompt: list[BaseMessage]) -> str:
+        return "The user chatted about the harbour."
+
+    store = InMemoryStore()
+    inner = SummaryBuffer(1_200, summarizer=summarize, max_summary_tokens=60)
+    node = MemoryNode(Retrieval(inner, store=store, ranking="bm25"), mode="rewrite")
+    views: list[list[BaseMessage]] = []
+
+    def model(state: MemoryMessagesState) -> dict[str, Any]:
+        views.append(list(state["llm_input_messages"]))
+        return {"messages": [AIMessage(f"Noted. {FILLER}", id=f"a-{len(views)}")]}
+
+    builder = StateGraph(MemoryMessagesState)
+    builder.add_node("memory", node)
+    builder.add_node("model", model)
+    builder.add_edge(START, "memory")
+    builder.add_edge("memory", "model")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "harbour", "user_id": "ann"}}
+    for i in range(30):
+        text = FACTS.get(i, f"Topic {i}: {FILLER}")
+        graph.invoke({"messages": [HumanMessage(text, id=f"h{i}")]}, config)
+    values = graph.get_state(config).values
+    assert len(values["messages"]) < 60  # folded messages left the state ...
+    memory = MemoryState.from_dict(values["memory"])
+    assert memory.folds >= 1
+    namespace = MemoryKey("default", "ann", "harbour").namespace("turns")
+    stored = {i.key for i in store.search(namespace, limit=1_000)}
+    assert {"h4", "h11"} <= stored  # ... but not before they were indexed
+    graph.invoke({"messages": [HumanMessage("what is my gym locker code?", id="q")]}, config)
+    assert "4471" in str([m.content for m in views[-1] if m.id == RETRIEVED_ID])
+
+
+def test_a_new_process_rebuilds_bm25_from_a_persistent_store(tmp_path: Any) -> None:
+    from langgraph.store.sqlite import SqliteStore
+
+    path = str(tmp_path / "turns.sqlite")
+    with SqliteStore.from_conn_string(path) as store:
+        store.setup()
+        first = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+        state = run(first, conversation(30)).state
+    with SqliteStore.from_conn_string(path) as store:  # a new store and a new strategy
+        second = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+        result = second.apply(
+            [*conversation(30), HumanMessage("remind me of my gym locker code", id="q")],
+            MemoryState.from_dict(state.to_dict()),
+        )
+    assert "4471" in context(result)  # h4 was indexed by the first store only
+    assert result.report.indexed == 1  # the new question pushed one more turn out
+
+
+def test_postgres_store_holds_the_index_bookkeeping(pg_schema_dsn: str) -> None:
+    from langgraph.store.postgres import PostgresStore
+
+    with PostgresStore.from_conn_string(pg_schema_dsn) as store:
+        store.setup()
+        strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+        result = ask(strategy, conversation(30), "remind me of my gym locker code")
+        assert "4471" in context(result)
+        items = store.search(MemoryKey().namespace("turns"), limit=1_000)
+        assert len(items) == result.state.indexed_turns > 0
+
+
+def test_bad_configuration_is_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="needs a store with a vector index"):
+        Retrieval(TokenBudget(900), store=InMemoryStore(), ranking="dense")
+    with pytest.raises(TypeError, match="BaseStore"):
+        Retrieval(TokenBudget(900), store={})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="wraps one langmem_ext strategy"):
+        Retrieval("TokenBudget", store=InMemoryStore())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="k must be"):
+        Retrieval(TokenBudget(900), store=InMemoryStore(), k=0)
+    with pytest.raises(TypeError, match="BaseRetriever or a VectorStore"):
+        Retrieval(TokenBudget(900), store=InMemoryStore(), sources=[object()])  # type: ignore[list-item]
+    assert isinstance(InMemoryStore(), BaseStore)
+
+
+def test_inside_memory_middleware_the_key_comes_from_the_run_config() -> None:
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    requests: list[list[BaseMessage]] = []
+
+    class Recorder(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "recorder"
+
+        def _generate(self, messages: Any, stop: Any = None, **kw: Any) -> ChatResult:
+            requests.append(list(messages))
+            reply = AIMessage(f"Noted. {FILLER}")
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    store = InMemoryStore()
+    middleware = __import__("langmem_ext").MemoryMiddleware(
+        Retrieval(TokenBudget(900), store=store, ranking="bm25")
+    )
+    agent = create_agent(Recorder(), [], middleware=[middleware], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "gym", "user_id": "ann", "tenant_id": "acme"}}
+    for i in range(25):
+        text = FACTS.get(i, f"Topic {i}: {FILLER}")
+        agent.invoke({"messages": [HumanMessage(text, id=f"h{i}")]}, config)
+    agent.invoke({"messages": [HumanMessage("what is my gym locker code?", id="q")]}, config)
+    assert "4471" in str([m.content for m in requests[-1] if m.id == RETRIEVED_ID])
+    assert store.search(MemoryKey("acme", "ann", "gym").namespace("turns"), limit=5)
+    assert not store.search(MemoryKey().namespace("turns"), limit=5)  # never the default key
+
+
+def test_inside_managed_chat_message_history() -> None:
+    from langchain_core.chat_history import InMemoryChatMessageHistory
+
+    from langmem_ext import ManagedChatMessageHistory
+
+    store = InMemoryStore()
+    key = MemoryKey("acme", "ann", "chat")
+    history = ManagedChatMessageHistory(
+        InMemoryChatMessageHistory(),
+        Retrieval(TokenBudget(900), store=store, ranking="bm25"),
+        store=store,
+        key=key,
+    )
+    for message in conversation(25):
+        history.add_messages([message])
+    history.add_messages([HumanMessage("what is my gym locker code?", id="q")])
+    view = history.messages  # reading searches what is indexed; it writes nothing
+    assert "4471" in str([m.content for m in view if m.id == RETRIEVED_ID])
+    assert store.search(key.namespace("turns"), limit=5)
