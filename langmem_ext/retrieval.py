@@ -101,6 +101,24 @@ def render_turn(messages: Sequence[BaseMessage]) -> str:
     return "\n".join(lines)
 
 
+def _distinct_texts(ops: Sequence[PutOp]) -> list[list[PutOp]]:
+    """The writes split so that no batch holds the same text twice: ``InMemoryStore.batch``
+    fails when one batch embeds a text twice (langchain-ai/langgraph#8822)."""
+    batches: list[list[PutOp]] = []
+    texts: list[set[str]] = []
+    for op in ops:
+        text = str((op.value or {}).get("text", ""))
+        for batch, seen in zip(batches, texts, strict=True):
+            if text not in seen:
+                batch.append(op)
+                seen.add(text)
+                break
+        else:
+            batches.append([op])
+            texts.append({text})
+    return batches
+
+
 def _normal(text: str) -> str:
     return _SPACE.sub(" ", text).strip().lower()
 
@@ -272,7 +290,8 @@ class Retrieval(Strategy):
         inner = self.inner.apply(messages, state, extra_tokens=extra_tokens + self.max_tokens)
         ops, next_state, count = self._index_ops(messages, inner, who)
         if ops:
-            self.store.batch(ops)
+            for batch in _distinct_texts(ops):
+                self.store.batch(batch)
             self._remember(ops)
         query = self._query(messages)
         if query is None:
@@ -296,7 +315,8 @@ class Retrieval(Strategy):
         )
         ops, next_state, count = self._index_ops(messages, inner, who)
         if ops:
-            await self.store.abatch(ops)
+            for batch in _distinct_texts(ops):
+                await self.store.abatch(batch)
             self._remember(ops)
         query = self._query(messages)
         if query is None:

@@ -432,3 +432,19 @@ def test_inside_managed_chat_message_history() -> None:
     view = history.messages  # reading searches what is indexed; it writes nothing
     assert "4471" in str([m.content for m in view if m.id == RETRIEVED_ID])
     assert store.search(key.namespace("turns"), limit=5)
+
+
+def test_identical_turns_leaving_together_are_indexed(minilm: Any) -> None:
+    """InMemoryStore.batch fails on a batch embedding one text twice (langgraph#8822)."""
+    store = dense_store(minilm)
+    strategy = Retrieval(TokenBudget(700), store=store, k=2, max_tokens=200)
+    history: list[BaseMessage] = []
+    for i in range(12):
+        history += [HumanMessage("ok thanks", id=f"h{i}"), AIMessage("you're welcome", id=f"a{i}")]
+    history += [HumanMessage(FILLER * 2, id="big"), AIMessage(FILLER * 4, id="bigA")]
+    history.append(HumanMessage("what did I thank you for earlier?", id="q"))
+    result = strategy.apply(history)  # several identical turns leave at once
+    left = [m.id for m in history[:24:2] if m.id not in {v.id for v in result.messages}]
+    assert result.report.indexed == len(left) >= 2
+    stored = store.search(MemoryKey().namespace("turns"), limit=100)
+    assert sorted(i.key for i in stored) == sorted(left)

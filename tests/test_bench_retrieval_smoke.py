@@ -1,0 +1,130 @@
+"""The retrieval benchmark runs end to end with ``--quick`` and fills every field; its data sets
+have the shape the benchmark relies on (no claims about recall or timing: a run this small says
+nothing about them)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not part of the installed package
+    sys.path.insert(0, str(ROOT))
+
+from bench.retrieval import REF_RANKINGS, CachedEmbeddings, main, turns_of  # noqa: E402
+from bench.retrieval_data import (  # noqa: E402
+    PlantedSettings,
+    load_cri,
+    planted_conversations,
+)
+
+
+class _Counting(Embeddings):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.seen += texts
+        return [[float(len(t)), 1.0] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+def test_cached_embeddings_embed_each_text_once() -> None:
+    inner = _Counting()
+    cached = CachedEmbeddings(inner)
+    assert cached.embed_documents(["a", "bb", "a"]) == [[1.0, 1.0], [2.0, 1.0], [1.0, 1.0]]
+    assert cached.embed_query("bb") == [2.0, 1.0]
+    assert inner.seen == ["a", "bb"] and cached.embedded == 2
+    assert cached.uncached().embed_query("bb") == [2.0, 1.0] and inner.seen[-1] == "bb"
+
+
+def test_turns_are_a_human_message_and_what_follows_it() -> None:
+    ai = AIMessage("", id="a1", tool_calls=[{"name": "t", "args": {}, "id": "c1"}])
+    messages = [
+        HumanMessage("hi", id="h1"),
+        ai,
+        ToolMessage("42", tool_call_id="c1", id="t1"),
+        AIMessage("it is 42", id="a2"),
+        HumanMessage("thanks", id="h2"),
+    ]
+    turns = turns_of(messages)
+    assert [t.ids for t in turns] == [("h1", "a1", "t1", "a2"), ("h2",)]
+    assert turns[0].text.startswith("user: hi") and "it is 42" in turns[0].text
+
+
+def test_cri_thread_and_questions_come_from_the_installed_package() -> None:
+    cri = load_cri()
+    assert cri.info["messages"] == len(cri.messages) == 2_862 and cri.info["sessions"] == 665
+    ids = {str(m.id) for m in cri.messages}
+    assert len(ids) == len(cri.messages)
+    assert len(cri.questions) >= 20 and {q.kind for q in cri.questions} == {
+        "cri-query",
+        "cri-change",
+        "cri-conflict",
+    }
+    for q in cri.questions:
+        assert q.relevant and set(q.relevant) <= ids and 1 <= q.depth <= len(cri.messages)
+
+
+def test_planted_questions_point_at_their_fact_at_the_stated_depth() -> None:
+    settings = PlantedSettings(lengths=(200,), depths=(10, 40, 100), seeds=(0, 1), pool=150)
+    conversations = planted_conversations(settings)
+    assert conversations == planted_conversations(settings)  # seeded
+    for conversation in conversations:
+        position = {str(m.id): i for i, m in enumerate(conversation.messages)}
+        assert len(position) == len(conversation.messages) == 200
+        assert len(conversation.questions) == 6
+        for q in conversation.questions:
+            newest = max(position[mid] for mid in q.relevant)
+            assert len(conversation.messages) - newest == q.depth
+
+
+def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
+    assert main(["--quick", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "retrieval_quick.md").read_text(encoding="utf-8")
+    results = json.loads((tmp_path / "retrieval_quick.json").read_text(encoding="utf-8"))
+
+    for heading in (
+        "## Verdict",
+        "## Evidence available at a fixed budget",
+        "## Recall@k over the evicted turns",
+        "## Tokens added per turn",
+        "## Query latency and index time",
+    ):
+        assert heading in md
+    assert results["meta"]["mode"] == "quick"
+    datasets = {"cri", "cri_1p", "planted"}
+    assert set(results["recall"]) == set(results["evidence"]) == datasets
+
+    def share(value: float | None) -> None:
+        assert value is None or 0.0 <= value <= 1.0
+
+    for groups in results["recall"].values():
+        overall = groups["all"]
+        assert overall["questions"] > 0 and 0 <= overall["scored"] <= overall["questions"]
+        for ranking in REF_RANKINGS:
+            for neighbors in ("n0", "n1"):
+                for k in ("1", "3", "5", "10"):
+                    share(overall[ranking][neighbors][k]["recall"])
+                    share(overall[ranking][neighbors][k]["hit"])
+    for cells in results["evidence"].values():
+        assert "TokenBudget alone" in cells and len(cells) == 8
+        for cell in cells.values():
+            assert cell["questions"] > 0 and cell["within_budget"] is True
+            for key in ("evidence_available", "evidence_in_view", "answer_turns_in_input"):
+                share(cell[key])
+            assert cell["evidence_available"] >= cell["evidence_in_view"]
+    replay = results["replay"]
+    assert replay["turns"] > 0 and replay["over_budget"] == 0
+    assert replay["tokens_added"]["p90"] <= results["meta"]["config"]["context_tokens"]
+    for size in results["latency"]["sizes"].values():
+        for name in ("dense", "embed_query", "bm25", "hybrid"):
+            assert size[name]["median"] > 0
+    assert {t["dataset"] for t in results["targets"]} == datasets
+    assert all(isinstance(t["passed"], bool) for t in results["targets"])
