@@ -286,20 +286,7 @@ class Retrieval(Strategy):
         extra_tokens: int = 0,
         key: MemoryKey | None = None,
     ) -> MemoryResult:
-        who = self._key(key)
-        inner = self.inner.apply(messages, state, extra_tokens=extra_tokens + self.max_tokens)
-        ops, next_state, count = self._index_ops(messages, inner, who)
-        if ops:
-            for batch in _distinct_texts(ops):
-                self.store.batch(batch)
-            self._remember(ops)
-        query = self._query(messages)
-        if query is None:
-            return self._compose(inner, next_state, [], (), count)
-        turns = self._search_turns(query, who, next_state)
-        passages, errors = self._search_sources(query)
-        picked = self._fuse(turns, passages, inner.messages)
-        return self._compose(inner, next_state, picked, errors, count)
+        return self._run(messages, state, extra_tokens, key, write=True)
 
     async def aapply(
         self,
@@ -309,22 +296,7 @@ class Retrieval(Strategy):
         extra_tokens: int = 0,
         key: MemoryKey | None = None,
     ) -> MemoryResult:
-        who = self._key(key)
-        inner = await self.inner.aapply(
-            messages, state, extra_tokens=extra_tokens + self.max_tokens
-        )
-        ops, next_state, count = self._index_ops(messages, inner, who)
-        if ops:
-            for batch in _distinct_texts(ops):
-                await self.store.abatch(batch)
-            self._remember(ops)
-        query = self._query(messages)
-        if query is None:
-            return self._compose(inner, next_state, [], (), count)
-        turns_task = self._asearch_turns(query, who, next_state)
-        (turns, (passages, errors)) = await asyncio.gather(turns_task, self._asearch_sources(query))
-        picked = self._fuse(turns, passages, inner.messages)
-        return self._compose(inner, next_state, picked, errors, count)
+        return await self._arun(messages, state, extra_tokens, key, write=True)
 
     def view(
         self,
@@ -335,16 +307,7 @@ class Retrieval(Strategy):
         key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Read-only: the inner view plus what is already indexed; writes nothing, no summarizer."""
-        who = self._key(key)
-        inner = self.inner.view(messages, state, extra_tokens=extra_tokens + self.max_tokens)
-        query = self._query(messages)
-        if query is None:
-            return self._compose(inner, inner.state, [], (), 0)
-        turns = self._search_turns(query, who, inner.state)
-        passages, errors = self._search_sources(query)
-        return self._compose(
-            inner, inner.state, self._fuse(turns, passages, inner.messages), errors, 0
-        )
+        return self._run(messages, state, extra_tokens, key, write=False)
 
     async def aview(
         self,
@@ -354,17 +317,58 @@ class Retrieval(Strategy):
         extra_tokens: int = 0,
         key: MemoryKey | None = None,
     ) -> MemoryResult:
+        return await self._arun(messages, state, extra_tokens, key, write=False)
+
+    # -- the two drivers: the same steps, sync and async I/O ------------------------------------
+
+    def _run(
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike,
+        extra: int,
+        key: MemoryKey | None,
+        *,
+        write: bool,
+    ) -> MemoryResult:
         who = self._key(key)
-        inner = await self.inner.aview(messages, state, extra_tokens=extra_tokens + self.max_tokens)
+        step = self.inner.apply if write else self.inner.view
+        inner = step(messages, state, extra_tokens=extra + self.max_tokens)
+        ops, next_state, count = self._index_ops(messages, inner, who, write)
+        for batch in _distinct_texts(ops):
+            self.store.batch(batch)
+        self._remember(ops)
         query = self._query(messages)
         if query is None:
-            return self._compose(inner, inner.state, [], (), 0)
+            return self._compose(inner, next_state, [], (), count)
+        turns = self._search_turns(query, who, next_state)
+        passages, errors = self._search_sources(query)
+        picked = self._fuse(turns, passages, inner.messages)
+        return self._compose(inner, next_state, picked, errors, count)
+
+    async def _arun(
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike,
+        extra: int,
+        key: MemoryKey | None,
+        *,
+        write: bool,
+    ) -> MemoryResult:
+        who = self._key(key)
+        step = self.inner.aapply if write else self.inner.aview
+        inner = await step(messages, state, extra_tokens=extra + self.max_tokens)
+        ops, next_state, count = self._index_ops(messages, inner, who, write)
+        for batch in _distinct_texts(ops):
+            await self.store.abatch(batch)
+        self._remember(ops)
+        query = self._query(messages)
+        if query is None:
+            return self._compose(inner, next_state, [], (), count)
         turns, (passages, errors) = await asyncio.gather(
-            self._asearch_turns(query, who, inner.state), self._asearch_sources(query)
+            self._asearch_turns(query, who, next_state), self._asearch_sources(query)
         )
-        return self._compose(
-            inner, inner.state, self._fuse(turns, passages, inner.messages), errors, 0
-        )
+        picked = self._fuse(turns, passages, inner.messages)
+        return self._compose(inner, next_state, picked, errors, count)
 
     # -- indexing ---------------------------------------------------------------------------------
 
@@ -374,11 +378,13 @@ class Retrieval(Strategy):
         return key or self.key or MemoryKey()
 
     def _index_ops(
-        self, messages: Sequence[BaseMessage], result: MemoryResult, key: MemoryKey
+        self, messages: Sequence[BaseMessage], result: MemoryResult, key: MemoryKey, write: bool
     ) -> tuple[list[PutOp], MemoryState, int]:
         """The store writes for the turns that left the view since the last call, and the state
-        with the index watermark moved past them. Pure."""
+        with the index watermark moved past them (none for a read-only view). Pure."""
         state = result.state
+        if not write:
+            return [], state, 0
         n = len(messages)
         body_start = 1 if n and isinstance(messages[0], SystemMessage) else 0
         start = state.indexed
@@ -494,42 +500,43 @@ class Retrieval(Strategy):
         return {"indexed_at": {"$gte": lexical.last_at - 30.0}}
 
     def _lexical_sync(self, key: MemoryKey, state: MemoryState) -> _Lexical:
-        prefix = self._prefix(key)
-        lexical = self._lexical_for(prefix)
-        wanted = self._refresh_filter(lexical, key, state)
+        prefix, lexical, wanted = self._lexical_need(key, state)
         if wanted == "skip":
             assert lexical is not None
             return lexical
-        fresh = lexical or _Lexical()
-        offset = 0
-        while True:
-            page = self.store.search(prefix, filter=wanted, limit=500, offset=offset)
-            for item in page:
-                fresh.add(item.namespace, item.key, item.value)
-            if len(page) < 500:
-                break
+        fresh, offset = lexical or _Lexical(), 0
+        while self._fill(fresh, self.store.search(prefix, filter=wanted, limit=500, offset=offset)):
             offset += 500
-        if lexical is None:
-            self._install(prefix, fresh)
-        return fresh
+        return self._keep(prefix, lexical, fresh)
 
     async def _alexical(self, key: MemoryKey, state: MemoryState) -> _Lexical:
-        prefix = self._prefix(key)
-        lexical = self._lexical_for(prefix)
-        wanted = self._refresh_filter(lexical, key, state)
+        prefix, lexical, wanted = self._lexical_need(key, state)
         if wanted == "skip":
             assert lexical is not None
             return lexical
-        fresh = lexical or _Lexical()
-        offset = 0
-        while True:
-            page = await self.store.asearch(prefix, filter=wanted, limit=500, offset=offset)
-            for item in page:
-                fresh.add(item.namespace, item.key, item.value)
-            if len(page) < 500:
-                break
+        fresh, offset = lexical or _Lexical(), 0
+        while self._fill(
+            fresh, await self.store.asearch(prefix, filter=wanted, limit=500, offset=offset)
+        ):
             offset += 500
-        if lexical is None:
+        return self._keep(prefix, lexical, fresh)
+
+    def _lexical_need(
+        self, key: MemoryKey, state: MemoryState
+    ) -> tuple[tuple[str, ...], _Lexical | None, dict[str, Any] | Literal["skip"] | None]:
+        prefix = self._prefix(key)
+        lexical = self._lexical_for(prefix)
+        return prefix, lexical, self._refresh_filter(lexical, key, state)
+
+    @staticmethod
+    def _fill(lexical: _Lexical, page: Sequence[SearchItem]) -> bool:
+        """Add one page of store items; whether another page may follow."""
+        for item in page:
+            lexical.add(item.namespace, item.key, item.value)
+        return len(page) == 500
+
+    def _keep(self, prefix: tuple[str, ...], old: _Lexical | None, fresh: _Lexical) -> _Lexical:
+        if old is None:
             self._install(prefix, fresh)
         return fresh
 
