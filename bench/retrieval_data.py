@@ -59,6 +59,7 @@ from langmem_ext.ranking import tokenize
 __all__ = [
     "CRI_DATASET",
     "CRI_FIRST_PERSON",
+    "CRI_FIRST_PERSON_MORE",
     "CRI_INSTALL",
     "CRI_QUERY_TOPICS",
     "Conversation",
@@ -66,6 +67,7 @@ __all__ = [
     "Question",
     "cri_dataset_dir",
     "load_cri",
+    "load_cri_facts",
     "planted_conversations",
 ]
 
@@ -88,6 +90,9 @@ class Question:
     depth: int
     #: content words (``ranking.tokenize``) the question shares with its evidence turns
     overlap: int = 0
+    #: fact-level evidence (CRI's expected facts): (fact, ids of the messages stating it); a
+    #: question with facts has ``relevant`` = the union of their ids
+    facts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,14 @@ CRI_FIRST_PERSON: dict[str, str] = {
     "qrp-adv-18": "What motivates me?",
     "qrp-adv-20": "Who is Elena?",
 }
+#: the five queries with no message-level record, in the first person (fact-level data only)
+CRI_FIRST_PERSON_MORE: dict[str, str] = {
+    "qrp-adv-06": "What are my hobbies?",
+    "qrp-adv-10": "What's my daily routine?",
+    "qrp-adv-13": "How do I communicate?",
+    "qrp-adv-14": "What's my ethnic background?",
+    "qrp-adv-19": "How old am I?",
+}
 _CHANGE_QUESTION_1P = "Has my {topic} changed over time? What was it before, and what is it now?"
 _CONFLICT_QUESTION_1P = "What have I said about my {topic}, and has my position shifted?"
 
@@ -212,6 +225,32 @@ def _resolve(ref: str, refs: dict[str, set[int]]) -> set[int]:
     return matches[0]
 
 
+def _cri_rows(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rows = [
+        json.loads(line)
+        for line in (folder / "conversations.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    rows.sort(key=lambda row: row["message_id"])
+    ground_truth = json.loads((folder / "ground_truth.json").read_text(encoding="utf-8"))
+    return rows, ground_truth
+
+
+def _cri_thread(
+    rows: list[dict[str, Any]], upto: int | None
+) -> tuple[list[dict[str, Any]], list[BaseMessage]]:
+    """The rows kept (1..``upto``, ending on an AI turn) and their messages."""
+    if upto is not None:
+        rows = [row for row in rows if row["message_id"] <= upto]
+    while rows and rows[-1]["role"] != "assistant":  # the question must follow an AI turn
+        rows.pop()
+    messages: list[BaseMessage] = []
+    for row in rows:
+        cls = HumanMessage if row["role"] == "user" else AIMessage
+        messages.append(cls(row["content"], id=f"cri-{row['message_id']}"))
+    return rows, messages
+
+
 def load_cri(
     dataset: str = CRI_DATASET, *, upto: int | None = None, first_person: bool = False
 ) -> Conversation:
@@ -222,25 +261,12 @@ def load_cri(
     them ("What's my diet?" for CRI's "What is Marcus's diet?", :data:`CRI_FIRST_PERSON`).
     """
     folder = cri_dataset_dir(dataset)
-    rows = [
-        json.loads(line)
-        for line in (folder / "conversations.jsonl").read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
-    ground_truth = json.loads((folder / "ground_truth.json").read_text(encoding="utf-8"))
-    rows.sort(key=lambda row: row["message_id"])
+    rows, ground_truth = _cri_rows(folder)
     by_prefix: dict[str, int] = {}
     for row in rows:  # the whole thread: records resolve the same with or without ``upto``
         by_prefix.setdefault(row["content"][:120].strip(), row["message_id"])
     refs = _cri_refs(ground_truth, by_prefix)
-    if upto is not None:
-        rows = [row for row in rows if row["message_id"] <= upto]
-    while rows and rows[-1]["role"] != "assistant":  # the question must follow an AI turn
-        rows.pop()
-    messages: list[BaseMessage] = []
-    for row in rows:
-        cls = HumanMessage if row["role"] == "user" else AIMessage
-        messages.append(cls(row["content"], id=f"cri-{row['message_id']}"))
+    rows, messages = _cri_thread(rows, upto)
     position = {int(str(m.id).removeprefix("cri-")): i for i, m in enumerate(messages)}
     text_of = {mid: str(messages[i].content) for mid, i in position.items()}
 
@@ -299,6 +325,78 @@ def load_cri(
             "days": max((row["day"] for row in rows), default=0),
             "queries_mapped": sum(1 for q in questions if q.kind == "cri-query"),
             "queries_in_dataset": len(ground_truth["query_relevance_pairs"]),
+            "first_person": first_person,
+        },
+    )
+
+
+def load_cri_facts(
+    dataset: str = CRI_DATASET, *, upto: int | None = None, first_person: bool = False
+) -> Conversation:
+    """The CRI persona thread with CRI's 20 queries and fact-level evidence.
+
+    Each query's ``expected_relevant_facts`` are located in the thread by the hand-written
+    matchers of ``bench/cri_facts.py`` (a deterministic stand-in for CRI's LLM judge; see its
+    audit, ``bench/cri_facts_audit.md``). ``Question.facts`` holds each fact with the ids of the
+    messages that state it, ``relevant`` their union. Facts no message states are left out, and
+    so are queries left with none.
+    """
+    from bench.cri_facts import fact_evidence
+
+    folder = cri_dataset_dir(dataset)
+    rows, ground_truth = _cri_rows(folder)
+    evidence = fact_evidence(rows)
+    rows, messages = _cri_thread(rows, upto)
+    position = {int(str(m.id).removeprefix("cri-")): i for i, m in enumerate(messages)}
+    wording = {**CRI_FIRST_PERSON, **CRI_FIRST_PERSON_MORE}
+    questions: list[Question] = []
+    dropped: list[str] = []
+    for pair in ground_truth["query_relevance_pairs"]:
+        qid = pair["query_id"]
+        facts: list[tuple[str, tuple[str, ...]]] = []
+        for fact in pair["expected_relevant_facts"]:
+            ids = tuple(f"cri-{i}" for i in evidence[qid][fact] if i in position)
+            if ids:
+                facts.append((fact, ids))
+            else:
+                dropped.append(f"{qid}: {fact}")
+        if not facts:
+            continue
+        relevant = tuple(dict.fromkeys(mid for _, ids in facts for mid in ids))
+        text = wording[qid] if first_person else pair["query"]
+        newest = max(position[int(mid.removeprefix("cri-"))] for mid in relevant)
+        at = "end" if upto is None else f"{len(messages)}"
+        questions.append(
+            Question(
+                qid=f"{qid}@{at}",
+                text=text,
+                relevant=relevant,
+                kind=f"asked after message {at}",
+                topic=pair["query"],
+                depth=len(messages) - newest,
+                overlap=_overlap(
+                    text, (str(messages[position[int(m[4:])]].content) for m in relevant)
+                ),
+                facts=tuple(facts),
+            )
+        )
+    return Conversation(
+        name=f"cri-{dataset}-facts"
+        + ("-1p" if first_person else "")
+        + (f"-upto{upto}" if upto is not None else ""),
+        source="cri",
+        messages=tuple(messages),
+        questions=tuple(questions),
+        info={
+            "dataset": dataset,
+            "messages": len(messages),
+            "sessions": len({row["session_id"] for row in rows}),
+            "days": max((row["day"] for row in rows), default=0),
+            "facts": sum(len(q.facts) for q in questions),
+            "facts_in_dataset": sum(
+                len(p["expected_relevant_facts"]) for p in ground_truth["query_relevance_pairs"]
+            ),
+            "facts_without_evidence": dropped,
             "first_person": first_person,
         },
     )

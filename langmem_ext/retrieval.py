@@ -49,13 +49,16 @@ from langmem_ext.ranking import BM25Index, reciprocal_rank_fusion
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
 
-__all__ = ["RETRIEVED_ID", "Ranking", "Retrieval", "Scope", "render_turn"]
+__all__ = ["DENSE_WEIGHT", "RETRIEVED_ID", "RRF_K", "Ranking", "Retrieval", "Scope", "render_turn"]
 
 #: the id of the context message Retrieval places in the view
 RETRIEVED_ID = "langmem_ext:retrieved"
 Ranking = Literal["dense", "bm25", "hybrid"]
 Scope = Literal["thread", "user"]
 Source = BaseRetriever | VectorStore
+#: Retrieval's fusion defaults (see ``rrf_k`` / ``dense_weight``)
+RRF_K = 5
+DENSE_WEIGHT = 2.0
 
 _KIND = "turns"
 _OPEN, _CLOSE = "<retrieved_context>", "</retrieved_context>"
@@ -178,6 +181,13 @@ class Retrieval(Strategy):
         source_k: at most this many passages from the sources per view (default ``k``).
         source_timeout: seconds a source may take before it is reported and skipped.
         candidates: how many results each ranking contributes to the fusion (default ``4 * k``).
+        rrf_k: the reciprocal-rank-fusion constant: ``score = sum(weight / (rrf_k + rank))``. The
+            default 5 lets a confident first place win; the textbook 60 favours whatever appears
+            in both rankings, so BM25 noise (a common word shared with the question) outvotes a
+            strong dense match: hybrid then finds less than dense alone (``bench/retrieval.py``).
+        dense_weight: the dense ranking's weight in hybrid fusion (BM25 and each source: 1). With
+            the defaults, hybrid is dense-led, and BM25's first places (an exact name, code or
+            number) still come through.
     """
 
     uses_key = True
@@ -200,6 +210,8 @@ class Retrieval(Strategy):
         source_timeout: float = 5.0,
         candidates: int | None = None,
         neighbor_chars: int = 600,
+        rrf_k: int = RRF_K,
+        dense_weight: float = DENSE_WEIGHT,
     ) -> None:
         if not isinstance(inner, Strategy) or isinstance(inner, Retrieval):
             raise TypeError(
@@ -241,6 +253,10 @@ class Retrieval(Strategy):
                     f"a source must be a BaseRetriever or a VectorStore, got "
                     f"{type(source).__name__}"
                 )
+        if not isinstance(rrf_k, int) or isinstance(rrf_k, bool) or rrf_k < 0:
+            raise ValueError(f"rrf_k must be an integer >= 0, got {rrf_k!r}")
+        if not dense_weight > 0:
+            raise ValueError(f"dense_weight must be > 0, got {dense_weight!r}")
         if source_timeout <= 0:
             raise ValueError(f"source_timeout must be > 0 seconds, got {source_timeout}")
         self.inner = inner
@@ -258,6 +274,8 @@ class Retrieval(Strategy):
         self.source_timeout = source_timeout
         self.candidates = candidates or 4 * k
         self.neighbor_chars = neighbor_chars
+        self.rrf_k = rrf_k
+        self.dense_weight = float(dense_weight)
         self.counter = inner.counter
         self.summarizer = inner.summarizer
         self._lexicals: OrderedDict[tuple[str, ...], _Lexical] = OrderedDict()
@@ -552,20 +570,20 @@ class Retrieval(Strategy):
 
     def _rank_turns(
         self, dense: Sequence[SearchItem] | None, lexical: _Lexical | None, query: str
-    ) -> list[list[_Candidate]]:
-        rankings: list[list[_Candidate]] = []
+    ) -> list[tuple[float, list[_Candidate]]]:
+        """The memory index's rankings, each with its fusion weight."""
+        rankings: list[tuple[float, list[_Candidate]]] = []
         if dense is not None:
-            rankings.append(
-                [self._turn("/".join((*it.namespace, it.key)), it.value) for it in dense]
-            )
+            turns = [self._turn("/".join((*it.namespace, it.key)), it.value) for it in dense]
+            rankings.append((self.dense_weight, turns))
         if lexical is not None:
             hits = lexical.index.search(query, self.candidates)
-            rankings.append([self._turn(uid, lexical.values[uid]) for uid, _ in hits])
+            rankings.append((1.0, [self._turn(uid, lexical.values[uid]) for uid, _ in hits]))
         return rankings
 
     def _search_turns(
         self, query: str, key: MemoryKey, state: MemoryState
-    ) -> list[list[_Candidate]]:
+    ) -> list[tuple[float, list[_Candidate]]]:
         dense: list[SearchItem] | None = None
         if self.ranking in ("dense", "hybrid"):
             dense = self.store.search(self._prefix(key), query=query, limit=self.candidates)
@@ -574,7 +592,7 @@ class Retrieval(Strategy):
 
     async def _asearch_turns(
         self, query: str, key: MemoryKey, state: MemoryState
-    ) -> list[list[_Candidate]]:
+    ) -> list[tuple[float, list[_Candidate]]]:
         dense: list[SearchItem] | None = None
         if self.ranking in ("dense", "hybrid"):
             dense = await self.store.asearch(self._prefix(key), query=query, limit=self.candidates)
@@ -664,29 +682,31 @@ class Retrieval(Strategy):
 
     def _fuse(
         self,
-        turns: list[list[_Candidate]],
+        turns: list[tuple[float, list[_Candidate]]],
         passages: list[list[_Candidate]],
         view: Sequence[BaseMessage],
     ) -> list[_Candidate]:
-        """Reciprocal rank fusion of every ranking; skip what the view shows; dedupe by content
-        (the best-ranked copy is kept); cap turns at ``k`` and passages at ``source_k``."""
+        """Weighted reciprocal rank fusion of every ranking, over what the view does not show
+        (ranks count only those); dedupe by content (the best-ranked copy is kept); cap turns at
+        ``k`` and passages at ``source_k``."""
         shown = {stable_key(m) for m in view}
         by_uid: dict[str, _Candidate] = {}
         rankings: list[list[str]] = []
-        for ranking in [*turns, *passages]:
-            rankings.append([c.uid for c in ranking])
-            for c in ranking:
+        weights: list[float] = []
+        for weight, ranking in [*turns, *((1.0, p) for p in passages)]:
+            kept = [c for c in ranking if not (c.kind == "turn" and shown.intersection(c.ids))]
+            rankings.append([c.uid for c in kept])
+            weights.append(weight)
+            for c in kept:
                 by_uid.setdefault(c.uid, c)
         picked: list[_Candidate] = []
         texts: set[str] = set()
         counts = {"turn": 0, "passage": 0}
         caps = {"turn": self.k, "passage": self.source_k}
-        for uid, _ in reciprocal_rank_fusion(rankings):
+        for uid, _ in reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=weights):
             c = by_uid[uid]
             norm = _normal(c.text)
             if norm in texts or counts[c.kind] >= caps[c.kind]:
-                continue
-            if c.kind == "turn" and shown.intersection(c.ids):
                 continue
             texts.add(norm)
             counts[c.kind] += 1
@@ -715,15 +735,25 @@ class Retrieval(Strategy):
         chosen: list[tuple[_Candidate, str]] = []
         message: HumanMessage | None = None
         cost = 0
-        for c in picked:  # best first: each fits whole (maybe without its neighbour) or not at all
-            for with_prev in (True, False) if c.prev else (False,):
-                trial = [*chosen, (c, self._block(c, with_prev))]
-                ordered = sorted(trial, key=lambda t: (t[0].kind != "turn", t[0].seq))
-                candidate = self._message([b for _, b in ordered])
-                tokens = self.counter.count_message(candidate)
-                if tokens <= self.max_tokens:
-                    chosen, message, cost = trial, candidate, tokens
-                    break
+
+        def fits(trial: list[tuple[_Candidate, str]]) -> tuple[HumanMessage, int] | None:
+            ordered = sorted(trial, key=lambda t: (t[0].kind != "turn", t[0].seq))
+            candidate = self._message([b for _, b in ordered])
+            tokens = self.counter.count_message(candidate)
+            return (candidate, tokens) if tokens <= self.max_tokens else None
+
+        # 1. the results, best first, each whole or not at all; 2. with what is left, each
+        # chosen turn's neighbour, best first (a neighbour never displaces a result)
+        for c in picked:
+            trial = [*chosen, (c, self._block(c, False))]
+            if (got := fits(trial)) is not None:
+                chosen, (message, cost) = trial, got
+        for i, (c, _) in enumerate(list(chosen)):
+            if not c.prev:
+                continue
+            trial = [*chosen[:i], (c, self._block(c, True)), *chosen[i + 1 :]]
+            if (got := fits(trial)) is not None:
+                chosen, (message, cost) = trial, got
         report = replace(
             inner.report,
             indexed=indexed,

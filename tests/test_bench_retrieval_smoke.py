@@ -15,10 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not part of the installed package
     sys.path.insert(0, str(ROOT))
 
-from bench.retrieval import REF_RANKINGS, CachedEmbeddings, main, turns_of  # noqa: E402
+from bench.retrieval import (  # noqa: E402
+    REF_RANKINGS,
+    TARGET_DATASETS,
+    CachedEmbeddings,
+    main,
+    turns_of,
+)
 from bench.retrieval_data import (  # noqa: E402
     PlantedSettings,
     load_cri,
+    load_cri_facts,
     planted_conversations,
 )
 
@@ -72,6 +79,37 @@ def test_cri_thread_and_questions_come_from_the_installed_package() -> None:
         assert q.relevant and set(q.relevant) <= ids and 1 <= q.depth <= len(cri.messages)
 
 
+def test_cri_facts_are_located_by_the_audited_matchers() -> None:
+    """CRI's 20 queries with fact-level evidence: 63 of its 64 expected facts are stated in the
+    thread ("reflective" is not); spot checks against messages read in the audit."""
+    end = load_cri_facts()
+    assert len(end.questions) == 20 and end.info["facts_in_dataset"] == 64
+    assert end.info["facts"] == 63 and end.info["facts_without_evidence"] == [
+        "qrp-adv-13: reflective"
+    ]
+    ids = {str(m.id) for m in end.messages}
+    for q in end.questions:
+        assert q.facts and set(q.relevant) == {i for _, fact_ids in q.facts for i in fact_ids}
+        assert set(q.relevant) <= ids and q.kind == "asked after message end"
+    facts = {
+        (q.qid.split("@")[0], fact): set(fact_ids)
+        for q in end.questions
+        for fact, fact_ids in q.facts
+    }
+    text = {str(m.id): str(m.content) for m in end.messages}
+    assert "cri-37" in facts[("qrp-adv-19", "41")]
+    assert "41" in text["cri-37"]
+    assert facts[("qrp-adv-15", "purchased for $368K")] <= {"cri-2461", "cri-2472"}
+    assert all("368" in text[i] for i in facts[("qrp-adv-15", "purchased for $368K")])
+    assert all("flex" in text[i].lower() for i in facts[("qrp-adv-05", "flexitarian")])
+    # asked earlier, the thread and the evidence are cut there: nothing about Elena yet
+    early = load_cri_facts(upto=1_200, first_person=True)
+    assert len(early.messages) == 1_200 and all(q.qid.endswith("@1200") for q in early.questions)
+    assert "qrp-adv-20" not in {q.qid.split("@")[0] for q in early.questions}
+    assert all(int(i[4:]) <= 1_200 for q in early.questions for i in q.relevant)
+    assert {q.text for q in early.questions} >= {"How old am I?", "What's my diet?"}
+
+
 def test_planted_questions_point_at_their_fact_at_the_stated_depth() -> None:
     settings = PlantedSettings(lengths=(200,), depths=(10, 40, 100), seeds=(0, 1), pool=150)
     conversations = planted_conversations(settings)
@@ -99,7 +137,7 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
     ):
         assert heading in md
     assert results["meta"]["mode"] == "quick"
-    datasets = {"cri", "cri_1p", "planted"}
+    datasets = {"cri_facts", "cri_facts_1p", "cri", "cri_1p", "planted"}
     assert set(results["recall"]) == set(results["evidence"]) == datasets
 
     def share(value: float | None) -> None:
@@ -126,5 +164,10 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
     for size in results["latency"]["sizes"].values():
         for name in ("dense", "embed_query", "bm25", "hybrid"):
             assert size[name]["median"] > 0
-    assert {t["dataset"] for t in results["targets"]} == datasets
+    assert {t["dataset"] for t in results["targets"]} == set(TARGET_DATASETS)
+    for name in ("cri_facts", "cri_facts_1p"):
+        for cell in results["evidence"][name].values():
+            for key in ("fact_recall", "all_facts_available", "half_facts_available"):
+                share(cell[key])
+            assert cell["evidence_available"] >= cell["fact_recall"] >= cell["all_facts_available"]
     assert all(isinstance(t["passed"], bool) for t in results["targets"])

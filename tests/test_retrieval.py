@@ -174,6 +174,60 @@ def test_the_context_message_is_late_marked_and_within_the_budget(minilm: Any) -
     assert all(uid.rsplit("/", 1)[1] not in shown for uid in result.report.retrieved)
 
 
+def test_neighbours_only_fill_what_the_results_leave() -> None:
+    """With neighbors=1 the same results come back as with neighbors=0 (a neighbour never
+    displaces a result), and neighbours are added best first while the budget lasts."""
+    history = conversation(40)
+    picked: dict[int, Any] = {}
+    for neighbors in (0, 1):
+        strategy = Retrieval(
+            TokenBudget(1_500),
+            store=InMemoryStore(),
+            ranking="bm25",
+            k=4,
+            max_tokens=800,
+            neighbors=neighbors,
+        )
+        picked[neighbors] = ask(strategy, history, "locker code, peanuts, Anna and topic 20?")
+    assert picked[0].report.retrieved == picked[1].report.retrieved
+    assert len(picked[0].report.retrieved) == 4
+    with_prev = context(picked[1]).count("(the turn before)")
+    assert 1 <= with_prev < len(picked[1].report.retrieved)  # the budget ran out on the way
+    assert picked[0].report.retrieved_tokens < picked[1].report.retrieved_tokens <= 800
+
+
+def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
+    """Textbook RRF (k=60, equal weights) lets a turn that is middling in both rankings beat
+    the dense ranking's clear first place; the defaults (k=5, dense weight 2) do not."""
+    from langmem_ext.retrieval import _Candidate
+
+    def turns(*uids: str) -> list[_Candidate]:
+        return [_Candidate(uid=u, text=u, kind="turn", seq=i, ids=(u,)) for i, u in enumerate(uids)]
+
+    dense = turns("fact", *(f"d{i}" for i in range(9)), "both")
+    lexical = turns(*(f"b{i}" for i in range(3)), "both", *(f"x{i}" for i in range(6)))
+    for kwargs, first in (({}, "fact"), ({"rrf_k": 60, "dense_weight": 1.0}, "both")):
+        strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=1, **kwargs)
+        picked = strategy._fuse([(strategy.dense_weight, dense), (1.0, lexical)], [], [])
+        assert [c.uid for c in picked] == [first]
+
+
+def test_turns_in_the_view_do_not_take_a_rank_in_the_fusion() -> None:
+    from langmem_ext.retrieval import _Candidate
+
+    view = [HumanMessage("shown", id="v1")]
+    dense = [
+        _Candidate(uid="v", text="v", kind="turn", seq=0, ids=("v1",)),
+        _Candidate(uid="a", text="a", kind="turn", seq=1, ids=("a1",)),
+    ]
+    lexical = [_Candidate(uid="b", text="b", kind="turn", seq=2, ids=("b1",))]
+    strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=2, dense_weight=1.0)
+    picked = strategy._fuse([(1.0, dense), (1.0, lexical)], [], view)
+    # "a" is the dense first place once "v" (shown) is set aside: it ties with "b", and
+    # ties keep the order of first appearance
+    assert [c.uid for c in picked] == ["a", "b"]
+
+
 def test_short_queries_are_not_searched_and_nothing_evicted_means_no_context() -> None:
     strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), ranking="bm25")
     history = conversation(30)
@@ -376,6 +430,10 @@ def test_bad_configuration_is_refused_clearly() -> None:
         Retrieval("TokenBudget", store=InMemoryStore())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="k must be"):
         Retrieval(TokenBudget(900), store=InMemoryStore(), k=0)
+    with pytest.raises(ValueError, match="rrf_k must be an integer >= 0, got -1"):
+        Retrieval(TokenBudget(900), store=InMemoryStore(), rrf_k=-1)
+    with pytest.raises(ValueError, match="dense_weight must be > 0, got 0"):
+        Retrieval(TokenBudget(900), store=InMemoryStore(), dense_weight=0)
     with pytest.raises(TypeError, match="BaseRetriever or a VectorStore"):
         Retrieval(TokenBudget(900), store=InMemoryStore(), sources=[object()])  # type: ignore[list-item]
     assert isinstance(InMemoryStore(), BaseStore)
