@@ -173,14 +173,17 @@ class Retrieval(Strategy):
         scope: ``"thread"`` (this conversation only) or ``"user"`` (all of the user's threads).
         ranking: ``"dense"``, ``"bm25"`` or ``"hybrid"`` (reciprocal rank fusion of both); the
             default is hybrid when the store has an index, else BM25.
-        neighbors: 1 brings each retrieved turn with the turn before it (clipped), so an answer
-            comes with its question; 0 returns the turn alone.
+        neighbors: 1 brings retrieved turns with the turn before each (clipped to
+            ``neighbor_chars``), so an answer comes with what led to it; neighbours only use the
+            budget the results leave, best result first, and never displace a result. 0: the
+            turns alone.
         query_messages: how many messages before the newest human message join the query (for
             follow-ups like "and the second one?").
         key: the default memory key; the surfaces pass the key of each call instead.
         source_k: at most this many passages from the sources per view (default ``k``).
         source_timeout: seconds a source may take before it is reported and skipped.
         candidates: how many results each ranking contributes to the fusion (default ``4 * k``).
+        neighbor_chars: a neighbouring turn is clipped to this many characters.
         rrf_k: the reciprocal-rank-fusion constant: ``score = sum(weight / (rrf_k + rank))``. The
             default 5 lets a confident first place win; the textbook 60 favours whatever appears
             in both rankings, so BM25 noise (a common word shared with the question) outvotes a
