@@ -481,20 +481,14 @@ def _e2e_conversation(
 
 def _aggregate_e2e(rows: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
     relevant = sum(r["relevant"] for r in rows)
-    with_facts = [r for r in rows if r.get("facts")]
+    with_facts = [r for r in rows if r.get("facts")]  # _mean of none: None
     return {
-        "fact_recall": (
-            _mean([r["facts_available"] / r["facts"] for r in with_facts]) if with_facts else None
+        "fact_recall": _mean([r["facts_available"] / r["facts"] for r in with_facts]),
+        "all_facts_available": _mean(
+            [1.0 if r["facts_available"] == r["facts"] else 0.0 for r in with_facts]
         ),
-        "all_facts_available": (
-            _mean([1.0 if r["facts_available"] == r["facts"] else 0.0 for r in with_facts])
-            if with_facts
-            else None
-        ),
-        "half_facts_available": (
-            _mean([1.0 if 2 * r["facts_available"] >= r["facts"] else 0.0 for r in with_facts])
-            if with_facts
-            else None
+        "half_facts_available": _mean(
+            [1.0 if 2 * r["facts_available"] >= r["facts"] else 0.0 for r in with_facts]
         ),
         "questions": len(rows),
         "evidence_available": _mean([1.0 if r["available"] else 0.0 for r in rows]),
