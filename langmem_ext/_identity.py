@@ -6,21 +6,31 @@ Two different needs, two functions:
   every turn, so it must be cheap: it hashes a tuple built from the message's own string objects,
   and CPython caches a string's hash inside the string, so a long message that was seen before
   costs O(number of parts), not O(length). It is only meaningful inside one process.
-* :func:`stable_key` anchors :class:`~langmem_ext.state.MemoryState` to a message across processes
-  (checkpoints, restarts). It is the message id when there is one, else a BLAKE2 digest of the
-  message's canonical JSON. It is computed for a handful of anchor messages per turn only.
+* :func:`key_at` anchors :class:`~langmem_ext.state.MemoryState` to a *position* of a history
+  across processes (checkpoints, restarts). It is the message id when there is one. A message
+  without an id is identified by a BLAKE2 digest chained over its content and the key of the
+  message before it, back to the nearest message with an id (or the start of the history). So
+  two id-less messages with the same text ("continue", "Sure.") have different keys unless
+  everything back to that anchor is the same too: a key found again means "this message, after
+  the same history", never "some message with the same words". Chains are memoized in process
+  on (previous key, fingerprint), so a turn over an id-less history costs one fingerprint and a
+  dict look-up per message, and one digest per new message.
+* :func:`stable_key` is the content-only key of a single message (its id, or a digest of its
+  canonical JSON). It says *what* a message is, not *where*: use it to compare messages, and
+  :func:`key_at` to anchor state to a position.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMessage
 
-__all__ = ["digest", "fingerprint", "freeze", "stable_key", "tool_call_ids"]
+__all__ = ["digest", "fingerprint", "freeze", "key_at", "keys_between", "stable_key", "tool_call_ids"]
 
 
 def freeze(value: Any) -> Any:
@@ -114,3 +124,54 @@ def digest(*parts: object) -> str:
     """A short stable digest of JSON-like parts (for state fields that must survive restarts)."""
     text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+_CHAIN_MEMO: OrderedDict[tuple[str, int], str] = OrderedDict()
+_CHAIN_MEMO_SIZE = 200_000
+
+
+def _chained(previous: str, message: BaseMessage) -> str:
+    """The key of an id-less message that follows a message keyed ``previous``."""
+    memo_key = (previous, fingerprint(message))
+    found = _CHAIN_MEMO.get(memo_key)
+    if found is not None:
+        return found
+    text = previous + "\x1f" + _canonical(message)
+    key = "fp:" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+    _CHAIN_MEMO[memo_key] = key
+    if len(_CHAIN_MEMO) > _CHAIN_MEMO_SIZE:
+        _CHAIN_MEMO.popitem(last=False)
+    return key
+
+
+def keys_between(messages: Sequence[BaseMessage], start: int, stop: int) -> list[str]:
+    """:func:`key_at` for every position in ``range(start, stop)``, sharing one walk."""
+    if start >= stop:
+        return []
+    # the nearest message with an id at or before `start` anchors the chain
+    anchor = start
+    while anchor >= 0 and not messages[anchor].id:
+        anchor -= 1
+    previous = "" if anchor < 0 else str(messages[anchor].id)
+    out: list[str] = []
+    for i in range(max(anchor, 0), stop):
+        message = messages[i]
+        previous = str(message.id) if message.id else _chained(previous, message)
+        if i >= start:
+            out.append(previous)
+    return out
+
+
+def key_at(messages: Sequence[BaseMessage], index: int) -> str:
+    """The stable, position-safe key of ``messages[index]`` (see the module notes).
+
+    The message id when it has one; otherwise a digest chained over the id-less messages back
+    to the nearest message with an id, so repeated texts never share a key unless their whole
+    history (back to that anchor) is the same.
+    """
+    if index < 0:
+        index += len(messages)
+    message = messages[index]
+    if message.id:
+        return str(message.id)
+    return keys_between(messages, index, index + 1)[0]

@@ -15,7 +15,7 @@ non-empty and free of ``.`` (which LangGraph's stores reserve as their namespace
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -34,13 +34,20 @@ CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 class MissingKeyError(LangmemExtError, KeyError):
-    """A part of the memory key was not given and ``require_explicit_key=True``."""
+    """A part of the memory key was not given, and falling back to a shared default is not
+    allowed (``require_explicit_key=True``, or memory outside the graph state at that scope)."""
 
-    def __init__(self, missing: tuple[str, ...], looked_in: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        missing: tuple[str, ...],
+        looked_in: Mapping[str, tuple[str, ...]],
+        *,
+        reason: str = "require_explicit_key=True",
+    ) -> None:
         fields = "; ".join(f"{part}: one of {', '.join(looked_in[part])}" for part in missing)
         super().__init__(
-            f"memory key incomplete: {', '.join(missing)} not given and require_explicit_key=True "
-            f"(set them in config['configurable'] - {fields})"
+            f"memory key incomplete: {', '.join(missing)} not given and {reason} "
+            f"(config['configurable'] fields - {fields})"
         )
         self.missing = missing
 
@@ -70,8 +77,15 @@ class MemoryKey:
     tenant: str = DEFAULT
     user: str = DEFAULT
     session: str = DEFAULT
+    #: the parts that were not given and fell back to ``"default"`` (set by ``from_config``;
+    #: not part of the key's identity: equal keys are equal whatever was defaulted)
+    defaulted: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        unknown = set(self.defaulted) - set(_PARTS)
+        if unknown:
+            raise ValueError(f"MemoryKey.defaulted names unknown parts: {sorted(unknown)}")
+        object.__setattr__(self, "defaulted", frozenset(self.defaulted))
         for name in _PARTS:
             value = getattr(self, name)
             if not isinstance(value, str):
@@ -86,6 +100,33 @@ class MemoryKey:
     def labels(self) -> tuple[str, str, str]:
         """The encoded parts: namespace labels with no ``.``, never empty, never colliding."""
         return (_encode(self.tenant), _encode(self.user), _encode(self.session))
+
+    def missing_for(self, scope: str) -> tuple[str, ...]:
+        """The parts that identify a ``scope`` (``"session"``: the session; ``"user"``: the
+        user; ``"tenant"``: the tenant) and were not given, so fell back to the shared
+        ``"default"``. Memory that lives outside the graph state must not run on such a key
+        unless the application opts into a shared default explicitly: two users without a
+        ``user_id`` would otherwise read each other's memory."""
+        needed = {"tenant": ("tenant",), "user": ("user",), "session": ("session",)}.get(scope)
+        if needed is None:
+            raise ValueError(f"scope must be 'tenant', 'user' or 'session', got {scope!r}")
+        return tuple(part for part in needed if part in self.defaulted)
+
+    def require(self, scope: str, *, owner: str, opt_out: str) -> None:
+        """Raise :class:`MissingKeyError` when a part ``scope`` needs fell back to the default.
+        ``owner`` names what needs the key, ``opt_out`` the parameter that allows sharing."""
+        missing = self.missing_for(scope)
+        if missing:
+            raise MissingKeyError(
+                missing,
+                CONFIG_FIELDS,
+                reason=(
+                    f"{owner} keeps memory outside the graph state at scope={scope!r}, and "
+                    f"without {' and '.join(missing)} every caller would share one memory; pass "
+                    f"them in config['configurable'] (or key=MemoryKey(...)), or set "
+                    f"{opt_out}=True to share a default memory on purpose"
+                ),
+            )
 
     def namespace(self, kind: str, *, scope: str = "session") -> tuple[str, ...]:
         """The store namespace for this key's ``kind`` of data (``"history"``, ``"turns"`` ...).
@@ -142,4 +183,4 @@ class MemoryKey:
                 found[part] = str(value)
         if missing and require_explicit_key:
             raise MissingKeyError(tuple(missing), looked_in)
-        return cls(**found)
+        return cls(**found, defaulted=frozenset(missing))
