@@ -30,7 +30,15 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMessage
 
-__all__ = ["digest", "fingerprint", "freeze", "key_at", "keys_between", "stable_key", "tool_call_ids"]
+__all__ = [
+    "digest",
+    "fingerprint",
+    "freeze",
+    "key_at",
+    "keys_between",
+    "stable_key",
+    "tool_call_ids",
+]
 
 
 def freeze(value: Any) -> Any:
