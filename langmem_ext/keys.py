@@ -151,7 +151,8 @@ class MemoryKey:
         parts = text.split("/")
         if len(parts) != 3:
             raise ValueError(f"not an encoded MemoryKey (tenant/user/session): {text!r}")
-        return cls(*(unquote(p) for p in parts))
+        tenant, user, session = (unquote(p) for p in parts)
+        return cls(tenant, user, session)
 
     @classmethod
     def from_config(
