@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, SystemMessage, ToolMessage
 
 __all__ = [
     "digest",
@@ -58,7 +58,10 @@ def tool_call_ids(message: BaseMessage) -> tuple[str, ...]:
     """Ids of every tool call an AIMessage makes (valid and invalid calls alike).
 
     Invalid tool calls are included because chat-completions providers receive them as ordinary
-    ``tool_calls`` and then demand a result for each, exactly as for valid ones.
+    ``tool_calls`` and then demand a result for each, exactly as for valid ones. An empty id
+    ``""`` is an id: ``create_agent`` answers an invalid call whose id is ``""`` with a
+    ``ToolMessage(tool_call_id="")``, which must stay with its call. Only a missing id
+    (``None``) means there is nothing to answer.
     """
     if not isinstance(message, AIMessage):
         return ()
@@ -66,8 +69,8 @@ def tool_call_ids(message: BaseMessage) -> tuple[str, ...]:
     invalid = message.invalid_tool_calls
     if not calls and not invalid:
         return ()
-    ids: list[str] = [c["id"] for c in calls if c.get("id")]  # type: ignore[misc]
-    ids.extend(c["id"] for c in invalid if c.get("id"))  # type: ignore[misc]
+    ids: list[str] = [c["id"] for c in calls if c.get("id") is not None]  # type: ignore[misc]
+    ids.extend(c["id"] for c in invalid if c.get("id") is not None)  # type: ignore[misc]
     return tuple(ids)
 
 
@@ -152,22 +155,51 @@ def _chained(previous: str, message: BaseMessage) -> str:
     return key
 
 
+class KeyChain:
+    """:func:`key_at` over one history, computing each id-less run once however many positions
+    are asked for (a plan asks for several anchors per turn).
+
+    A leading SystemMessage does not take part in the chain: applications often change their
+    system prompt (a date, a persona), and that must not make the whole history look rewritten.
+    """
+
+    __slots__ = ("_known", "messages")
+
+    def __init__(self, messages: Sequence[BaseMessage]) -> None:
+        self.messages = messages
+        self._known: dict[int, str] = {}
+
+    def __call__(self, index: int) -> str:
+        messages = self.messages
+        if index < 0:
+            index += len(messages)
+        message = messages[index]
+        if message.id:
+            return str(message.id)
+        known = self._known
+        found = known.get(index)
+        if found is not None:
+            return found
+        barrier = 0 if messages and isinstance(messages[0], SystemMessage) else -1
+        j = index - 1  # back to the nearest position whose key is known or is an id
+        while j > barrier and not messages[j].id and j not in known:
+            j -= 1
+        if j in known:
+            previous = known[j]
+        elif j >= 0 and messages[j].id:
+            previous = str(messages[j].id)
+        else:  # the start of the history, or the leading system message
+            previous = ""
+        for i in range(j + 1, index + 1):
+            previous = _chained(previous, messages[i])
+            known[i] = previous
+        return previous
+
+
 def keys_between(messages: Sequence[BaseMessage], start: int, stop: int) -> list[str]:
     """:func:`key_at` for every position in ``range(start, stop)``, sharing one walk."""
-    if start >= stop:
-        return []
-    # the nearest message with an id at or before `start` anchors the chain
-    anchor = start
-    while anchor >= 0 and not messages[anchor].id:
-        anchor -= 1
-    previous = "" if anchor < 0 else str(messages[anchor].id)
-    out: list[str] = []
-    for i in range(max(anchor, 0), stop):
-        message = messages[i]
-        previous = str(message.id) if message.id else _chained(previous, message)
-        if i >= start:
-            out.append(previous)
-    return out
+    chain = KeyChain(messages)
+    return [chain(i) for i in range(start, stop)]
 
 
 def key_at(messages: Sequence[BaseMessage], index: int) -> str:
@@ -177,9 +209,4 @@ def key_at(messages: Sequence[BaseMessage], index: int) -> str:
     to the nearest message with an id, so repeated texts never share a key unless their whole
     history (back to that anchor) is the same.
     """
-    if index < 0:
-        index += len(messages)
-    message = messages[index]
-    if message.id:
-        return str(message.id)
-    return keys_between(messages, index, index + 1)[0]
+    return KeyChain(messages)(index)

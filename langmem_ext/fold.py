@@ -26,13 +26,15 @@ The rules it keeps:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from langmem_ext._identity import digest, stable_key
+from langmem_ext._fences import neutralize
+from langmem_ext._identity import KeyChain, digest
 from langmem_ext.errors import ContextOverflowError, MemoryBudgetExceeded
 from langmem_ext.messages import Unit, iter_units_reverse
 from langmem_ext.plan import CutConfig, Selection, StartOn, _Walk, running_total, select_view
@@ -100,6 +102,25 @@ class FoldConfig:
     retry_max: float = 300.0
 
     def __post_init__(self) -> None:
+        for name in ("max_tokens", "trigger_tokens", "target_tokens", "max_summary_tokens"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("degrade_after", "truncate_chars"):
+            _check_int(name, getattr(self, name), 1)
+        if self.clip_tokens is not None:
+            _check_int("clip_tokens", self.clip_tokens, 1)
+        for name in ("retry_initial", "retry_max"):
+            value = getattr(self, name)
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(
+                    f"{name} must be a finite number of seconds > 0, got {value!r} (it sets when "
+                    "a failed summarizer is tried again)"
+                )
+        self.cut()  # validates reserve_tokens, safety_margin, min_messages, start_on now
         if not 0 < self.target_tokens <= self.trigger_tokens <= self.max_tokens:
             raise ValueError(
                 f"need 0 < target_tokens ({self.target_tokens:,}) <= trigger ("
@@ -117,10 +138,6 @@ class FoldConfig:
             )
         if self.placement not in ("system", "human"):
             raise ValueError(f"placement must be 'system' or 'human', got {self.placement!r}")
-        if self.degrade_after < 1:
-            raise ValueError(f"degrade_after must be >= 1, got {self.degrade_after}")
-        if self.truncate_chars < 1:
-            raise ValueError(f"truncate_chars must be >= 1, got {self.truncate_chars}")
 
     def cut(self, **changes: object) -> CutConfig:
         """The cutting stage's config for the view under ``max_tokens``."""
@@ -141,11 +158,20 @@ class FoldConfig:
         return ceiling
 
 
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
 def render_summary(sections: Mapping[str, str], note: str = "") -> str:
     """The summary block as it is placed in the view: fenced, labelled, one part per section."""
-    parts = [text for text in sections.values() if text]
+    # a summary is model output about untrusted text: it must not be able to close the fence
+    # (a "</conversation_summary>" in it would put what follows outside, as an instruction)
+    parts = [neutralize(text) for text in sections.values() if text]
     if len(sections) > 1:
-        parts = [f"## {name}\n{text}" for name, text in sections.items() if text]
+        parts = [
+            f"## {neutralize(name)}\n{neutralize(text)}" for name, text in sections.items() if text
+        ]
     body = "\n\n".join(parts)
     lines = [_OPEN, "Summary of the earlier part of this conversation:"]
     if body:
@@ -166,16 +192,19 @@ def _not_shown_note(count: int, health: Health, error: str | None) -> str:
 
 
 def _boundary(
-    messages: Sequence[BaseMessage], body_start: int, state: MemoryState
+    messages: Sequence[BaseMessage], body_start: int, state: MemoryState, keys: KeyChain
 ) -> tuple[int, bool]:
-    """Index of the first unfolded message, and whether it had to be searched for."""
+    """Index of the first unfolded message, and whether it had to be searched for.
+
+    Keys are position-safe (:func:`~langmem_ext._identity.key_at`): an id-less "Sure." is found
+    again only after the same history, never as another "Sure." further on."""
     if state.folded <= 0 or state.folded_key is None:
         return body_start, False
     last = body_start + state.folded - 1
-    if last < len(messages) and stable_key(messages[last]) == state.folded_key:
+    if last < len(messages) and keys(last) == state.folded_key:
         return last + 1, False
     for j in range(len(messages) - 1, body_start - 1, -1):  # rewritten: O(history), once
-        if stable_key(messages[j]) == state.folded_key:
+        if keys(j) == state.folded_key:
             return j + 1, True
     return body_start, True  # the folded messages were removed: the summary stands for them
 
@@ -250,12 +279,13 @@ def plan_fold(
     n = len(messages)
     count = counter.count_message
     overhead = counter.count_messages(())
-    all_tokens, rewritten = running_total(messages, state, count)
+    keys = KeyChain(messages)
+    all_tokens, rewritten = running_total(messages, state, count, keys)
     has_system = n > 0 and isinstance(messages[0], SystemMessage)
     body_start = 1 if has_system else 0
     system = messages[0] if has_system and config.keep_system else None
     assert system is None or isinstance(system, SystemMessage)
-    b, searched = _boundary(messages, body_start, state)
+    b, searched = _boundary(messages, body_start, state, keys)
     rewritten = rewritten or searched
     folded_tokens = state.folded_tokens
     if searched:
@@ -390,12 +420,12 @@ def plan_fold(
         state,
         seen=n,
         seen_tokens=all_tokens,
-        seen_key=stable_key(messages[-1]) if n else None,
+        seen_key=keys(n - 1) if n else None,
         cut_index=None,
         cut_key=None,
         summary=tuple(sections.items()),
         folded=b - body_start,
-        folded_key=stable_key(messages[b - 1]) if b > body_start else None,
+        folded_key=keys(b - 1) if b > body_start else None,
         folded_tokens=folded_tokens,
         folds=folds,
         health=health,
@@ -427,7 +457,7 @@ def plan_fold(
     prefix_key = digest(
         view[0].content if view else "",
         str(human_summary.content) if human_summary is not None else "",
-        stable_key(messages[first]) if first < n else "",
+        keys(first) if first < n else "",
         not_shown,
         chosen.clipped,
     )

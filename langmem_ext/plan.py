@@ -36,7 +36,7 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from langmem_ext._identity import stable_key
+from langmem_ext._identity import KeyChain, stable_key
 from langmem_ext.errors import ContextOverflowError
 from langmem_ext.messages import (
     Unit,
@@ -81,7 +81,11 @@ class CutConfig:
         positive_int("max_messages", self.max_messages, 1)
         positive_int("reserve_tokens", self.reserve_tokens, 0)
         positive_int("min_messages", self.min_messages, 0)
-        if not 0.0 <= self.safety_margin < 1.0:
+        if (
+            not isinstance(self.safety_margin, (int, float))
+            or isinstance(self.safety_margin, bool)
+            or not 0.0 <= self.safety_margin < 1.0  # also refuses NaN
+        ):
             raise ValueError(f"safety_margin must be in [0, 1), got {self.safety_margin!r}")
         if self.target_tokens is not None:
             if self.max_tokens is None:
@@ -175,7 +179,10 @@ class Selection:
 
 
 def running_total(
-    messages: Sequence[BaseMessage], state: MemoryState, count: Callable[[BaseMessage], int]
+    messages: Sequence[BaseMessage],
+    state: MemoryState,
+    count: Callable[[BaseMessage], int],
+    keys: KeyChain | None = None,
 ) -> tuple[int, bool]:
     """Tokens of all ``messages`` and whether the history was rewritten since ``state``.
 
@@ -187,7 +194,8 @@ def running_total(
         state.seen
         and state.seen <= n
         and state.seen_key is not None
-        and stable_key(ensure_message(messages[state.seen - 1], state.seen - 1)) == state.seen_key
+        and ensure_message(messages[state.seen - 1], state.seen - 1) is not None
+        and (keys or KeyChain(messages))(state.seen - 1) == state.seen_key
     ):
         return state.seen_tokens + sum(count(messages[i]) for i in range(state.seen, n)), False
     return sum(count(ensure_message(m, i)) for i, m in enumerate(messages)), state.seen > 0
@@ -201,19 +209,22 @@ def plan_cut(
 ) -> MemoryResult:
     """The view of ``messages`` for this turn, the next state, and the report. Pure."""
     n = len(messages)
-    all_tokens, rewritten = running_total(messages, state, counter.count_message)
+    keys = KeyChain(messages)
+    all_tokens, rewritten = running_total(messages, state, counter.count_message, keys)
     has_system = n > 0 and isinstance(messages[0], SystemMessage)
     system = messages[0] if has_system and config.keep_system else None
     assert system is None or isinstance(system, SystemMessage)
-    chosen = select_view(messages, 1 if has_system else 0, system, config, counter, state)
+    chosen = select_view(
+        messages, 1 if has_system else 0, system, config, counter, state, keys=keys
+    )
     kept = chosen.kept + (1 if system is not None else 0)
     next_state = replace(
         state,
         seen=n,
         seen_tokens=all_tokens,
-        seen_key=stable_key(messages[-1]) if n else None,
+        seen_key=keys(n - 1) if n else None,
         cut_index=chosen.cut,
-        cut_key=stable_key(messages[chosen.cut]) if chosen.cut is not None else None,
+        cut_key=keys(chosen.cut) if chosen.cut is not None else None,
     )
     prefix_kept = chosen.held or (
         chosen.cut is not None
@@ -244,13 +255,15 @@ def select_view(
     counter: TokenCounter,
     state: MemoryState | None = None,
     shown: Callable[[Unit], Unit] | None = None,
+    keys: KeyChain | None = None,
 ) -> Selection:
     """The cutting stage: the view of ``messages[start:]`` under ``system``, within the budget.
 
     ``system`` is the message pinned first (the history's own system message, or one that also
     carries a summary); system messages found in ``messages[start:]`` are merged into it (or
     dropped with ``keep_system=False``). ``state`` supplies the previous cut for hysteresis;
-    ``shown`` maps each unit to the form it takes in the view (e.g. clipped tool outputs).
+    ``shown`` maps each unit to the form it takes in the view (e.g. clipped tool outputs);
+    ``keys`` is the caller's :class:`~langmem_ext._identity.KeyChain` over ``messages``, if any.
     """
     count = counter.count_message
     overhead = counter.count_messages(())
@@ -339,7 +352,7 @@ def select_view(
     elif anchor is None:
         # contiguous: keep the previous cut while it fits (hysteresis) or cut afresh
         kept_cut = (
-            _held_cut(walk, messages, state, config, hi, t)
+            _held_cut(walk, messages, state, config, hi, t, keys)
             if target_view and state is not None
             else None
         )
@@ -437,23 +450,19 @@ def _held_cut(
     config: CutConfig,
     hi: int | None,
     t: int,
+    keys: KeyChain | None = None,
 ) -> int | None:
     """Position of the previous turn's cut if the view from it still fits, else None."""
     if state.cut_key is None or state.cut_index is None:
         return None
-    index_ok = (
-        state.cut_index < len(messages) and stable_key(messages[state.cut_index]) == state.cut_key
-    )
+    keys = keys or KeyChain(messages)
+    index_ok = state.cut_index < len(messages) and keys(state.cut_index) == state.cut_key
     p = 0
     while walk.has(p):
         if not _fits(walk.cum_tokens[p], walk.cum_size[p], hi, config.max_messages):
             return None
         unit = walk.units[p].unit
-        at_cut = (
-            unit.start == state.cut_index
-            if index_ok
-            else stable_key(messages[unit.start]) == state.cut_key
-        )
+        at_cut = unit.start == state.cut_index if index_ok else keys(unit.start) == state.cut_key
         if at_cut:
             ok = p >= t and (unit.kind == "human" or config.start_on == "any")
             return p if ok else None

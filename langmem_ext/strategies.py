@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -19,6 +20,32 @@ __all__ = ["Compacting", "SlidingWindow", "SummaryBuffer", "TieredSummary", "Tok
 
 
 ConfigT = TypeVar("ConfigT", CutConfig, FoldConfig)
+
+_DEFAULT_SUMMARY_TOKENS = 1_000
+_DEFAULT_INPUT_TOKENS = 16_000
+_SUMMARY_FLOOR_WHY = "(a summary needs room to say anything)"
+
+
+def _check_int(name: str, value: object, minimum: int, why: str = "") -> None:
+    """Refuse a non-integer or too small setting, naming it, before any arithmetic on it."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(
+            f"{name} must be an integer >= {minimum:,}, got {value!r}" + (f" {why}" if why else "")
+        )
+
+
+def _with_counter(summarizer: Summarizer, counter: TokenCounter) -> Summarizer:
+    """The summarizer (and its fallbacks) measuring with ``counter``; the caller's object is not
+    changed."""
+    if summarizer.counter is counter and (
+        summarizer.fallback is None or summarizer.fallback.counter is counter
+    ):
+        return summarizer
+    copied = copy.copy(summarizer)
+    copied.counter = counter
+    if summarizer.fallback is not None:
+        copied.fallback = _with_counter(summarizer.fallback, counter)
+    return copied
 
 
 def _reserving(config: ConfigT, extra: int) -> ConfigT:
@@ -163,25 +190,57 @@ class _Summarizing(Strategy):
         clock: Callable[[], float] | None,
         **fold: Any,
     ) -> None:
-        """Resolve the counter and summarizer, then build the fold config from ``fold``."""
+        """Resolve the counter and summarizer, then build the fold config from ``fold``.
+
+        Defaults scale with ``max_tokens`` (a 600-token budget gets a 150-token summary, not the
+        1,000-token default), and a combination that cannot work is refused here, naming the
+        parameter to change, instead of at the first ``apply``."""
+        max_tokens = fold["max_tokens"]
         self.counter: TokenCounter = as_counter(counter)
         if isinstance(summarizer, Summarizer):
-            self.summarizer = summarizer
+            # the summary's bound must hold by the strategy's counter (the one the view is
+            # measured with), not by whatever counter the Summarizer was built with
+            self.summarizer = _with_counter(summarizer, self.counter)
+            source = "the Summarizer's max_summary_tokens"
             if max_summary_tokens is None:
                 max_summary_tokens = summarizer.max_summary_tokens
         else:
+            source = "max_summary_tokens"
             if max_summary_tokens is None:
-                max_summary_tokens = 1_000
+                source = "the default max_summary_tokens (max_tokens // 4, at most 1,000)"
+                max_summary_tokens = min(_DEFAULT_SUMMARY_TOKENS, max_tokens // 4)
+                if max_summary_tokens < 16:
+                    raise ValueError(
+                        f"max_tokens ({max_tokens:,}) is too small for a summarizing strategy: "
+                        f"the default summary budget (max_tokens // 4 = {max_summary_tokens}) "
+                        "is under the 16-token minimum; use max_tokens >= 64, or TokenBudget"
+                    )
+            _check_int("max_summary_tokens", max_summary_tokens, 16, _SUMMARY_FLOOR_WHY)
             self.summarizer = Summarizer(
-                summarizer, max_summary_tokens=max_summary_tokens, counter=self.counter
+                summarizer,
+                max_summary_tokens=max_summary_tokens,
+                max_input_tokens=max(_DEFAULT_INPUT_TOKENS, 4 * max_summary_tokens),
+                counter=self.counter,
             )
         self.on_summary_updated = on_summary_updated
         self.on_health_changed = on_health_changed
         if clock is not None:
             self.clock = clock
+        if max_summary_tokens >= fold["trigger_tokens"]:
+            raise ValueError(
+                f"{source} ({max_summary_tokens:,}) must be below the fold trigger "
+                f"({fold['trigger_tokens']:,}, from max_tokens={max_tokens:,}): raise max_tokens "
+                "or lower max_summary_tokens"
+            )
         if fold.get("target_tokens") is None:  # default: half-way from the summary to the top
             fold["target_tokens"] = (
-                max_summary_tokens + (fold["max_tokens"] - max_summary_tokens) // 2
+                max_summary_tokens + (fold["trigger_tokens"] - max_summary_tokens) // 2
+            )
+        elif fold["target_tokens"] <= max_summary_tokens:
+            raise ValueError(
+                f"target_tokens ({fold['target_tokens']:,}) must be above {source} "
+                f"({max_summary_tokens:,}), or a fold could never make room: raise target_tokens "
+                "or lower max_summary_tokens"
             )
         self.config = FoldConfig(max_summary_tokens=max_summary_tokens, **fold)
 
@@ -260,6 +319,7 @@ class SummaryBuffer(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        _check_int("max_tokens", max_tokens, 1)
         self._setup(
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
@@ -321,6 +381,7 @@ class Compacting(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        _check_int("max_tokens", max_tokens, 1)
         if not 0 < summary_ratio < target_ratio <= 1:
             raise ValueError(
                 f"need 0 < summary_ratio ({summary_ratio}) < target_ratio ({target_ratio}) <= 1"
@@ -382,6 +443,7 @@ class TieredSummary(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        _check_int("max_tokens", max_tokens, 1)
         if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
             raise ValueError(
                 f"need 0 < target_ratio ({target_ratio}) <= tier1_ratio ({tier1_ratio}) < "

@@ -350,7 +350,7 @@ def test_removing_folded_messages_from_the_history_keeps_the_summary() -> None:
 
 
 def test_configuration_errors_name_the_numbers() -> None:
-    with pytest.raises(ValueError, match=r"max_summary_tokens \(50\) must be below"):
+    with pytest.raises(ValueError, match=r"target_tokens \(50\) must be above max_summary_tokens"):
         SummaryBuffer(100, summarizer=FakeSummarizer(), max_summary_tokens=50, target_tokens=50)
     with pytest.raises(ValueError, match="tier1_ratio"):
         TieredSummary(100, summarizer=FakeSummarizer(), tier1_ratio=0.9, tier2_ratio=0.5)

@@ -92,7 +92,7 @@ from langmem_ext import (
     split_units,
     validate,
 )
-from langmem_ext._identity import stable_key
+from langmem_ext._identity import key_at
 from langmem_ext.fold import render_summary
 from langmem_ext.summarize import TEMPLATES
 
@@ -794,7 +794,7 @@ def check_folded_exactly_once(run: Run) -> None:
         assert len(read) == len(set(read)), f"{section}: a message was folded twice"
         assert read == folded, (section, read, folded)
     if folded:
-        assert last.after.folded_key == stable_key(last.history[folded[-1]])
+        assert last.after.folded_key == key_at(last.history, folded[-1])
 
 
 def check_nothing_lost(run: Run, turn: Turn) -> None:
