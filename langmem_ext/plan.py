@@ -40,8 +40,10 @@ from langmem_ext._identity import KeyChain, stable_key
 from langmem_ext.errors import ContextOverflowError
 from langmem_ext.messages import (
     Unit,
+    as_standard,
     clip_message,
     ensure_message,
+    is_system,
     iter_units_reverse,
     merge_system_messages,
 )
@@ -197,7 +199,8 @@ def running_total(
         and ensure_message(messages[state.seen - 1], state.seen - 1) is not None
         and (keys or KeyChain(messages))(state.seen - 1) == state.seen_key
     ):
-        return state.seen_tokens + sum(count(messages[i]) for i in range(state.seen, n)), False
+        new = sum(count(ensure_message(messages[i], i)) for i in range(state.seen, n))
+        return state.seen_tokens + new, False
     return sum(count(ensure_message(m, i)) for i, m in enumerate(messages)), state.seen > 0
 
 
@@ -211,8 +214,8 @@ def plan_cut(
     n = len(messages)
     keys = KeyChain(messages)
     all_tokens, rewritten = running_total(messages, state, counter.count_message, keys)
-    has_system = n > 0 and isinstance(messages[0], SystemMessage)
-    system = messages[0] if has_system and config.keep_system else None
+    has_system = n > 0 and is_system(ensure_message(messages[0], 0))
+    system = as_standard(messages[0]) if has_system and config.keep_system else None
     assert system is None or isinstance(system, SystemMessage)
     chosen = select_view(
         messages, 1 if has_system else 0, system, config, counter, state, keys=keys
@@ -284,7 +287,7 @@ def select_view(
     def leads(unit: Unit, start_on: StartOn) -> bool:
         if start_on == "human":
             return unit.kind == "human"
-        return unit.kind in ("human", "ai", "tool", "other")
+        return unit.kind in ("human", "ai", "tool")  # a custom role never leads a view
 
     h = 0
     while walk.has(h) and not walk.units[h].unit.has_human:

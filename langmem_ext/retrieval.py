@@ -2,49 +2,75 @@
 
 ``Retrieval(inner, store=...)`` wraps any other strategy. Every turn:
 
-1. the inner strategy builds its view with ``max_tokens`` of the request held back (so the whole
-   request, retrieved context included, still fits the inner budget);
+1. the inner strategy builds its view with ``max_retrieved_tokens`` of the request held back (so
+   the whole request, retrieved context included, still fits the inner budget);
 2. every turn of the conversation that left the inner view is written once to a LangGraph
-   ``BaseStore`` (idempotent: the item key is the turn's first message id) under the memory key's
-   namespace ``("langmem_ext", "turns", tenant, user, thread)``;
+   ``BaseStore`` under the memory key's namespace ``("langmem_ext", "turns", tenant, user,
+   thread)``. The item key is the position-safe key of the turn's first message
+   (:func:`~langmem_ext._identity.key_at`: its id, or for a message without one a digest chained
+   over the history before it), so two turns that both say "continue" are two items, and
+   writing the same turn again is idempotent;
 3. the newest human message (plus, with ``query_messages=n``, the ``n`` messages before it) is the
    query: the store's dense index, an in-process BM25 index, and any knowledge ``sources`` are
    searched (sources concurrently, each under ``source_timeout``), fused by reciprocal rank,
    deduplicated by content and capped;
 4. the best results that are not already in the view go into ONE clearly marked context message,
    placed just before the newest human message (late, so the cached prompt prefix stays the
-   same), within ``max_tokens``. Turns are stored as text: a tool call and its results come back
-   together, as part of their turn, or not at all.
+   same), within ``max_retrieved_tokens``. Turns are stored as text: a tool call and its results
+   come back together, as part of their turn, or not at all. Retrieved text is fenced and
+   neutralised (:func:`~langmem_ext._fences.neutralize`): it cannot close the context message or a
+   ``<turn>`` / ``<passage>`` block, whatever its spacing or attributes.
 
 ``scope="thread"`` searches the current thread only; ``scope="user"`` all of the user's threads.
-Tenants never mix: their namespaces share no prefix beyond ``("langmem_ext", "turns")``.
+Tenants never mix: their namespaces share no prefix beyond ``("langmem_ext", "turns")``. Memory
+kept in a store outlives the graph state and is shared by whoever presents the same key, so
+Retrieval fails closed: it refuses to run when the part of the key its scope needs (the thread,
+or the user) was not given and fell back to ``"default"``, unless ``shared_default=True`` says a
+shared memory is intended (:class:`~langmem_ext.keys.MissingKeyError`).
+
+Workers. Several processes (or several ``Retrieval`` objects) may serve one thread or one user.
+The BM25 index lives in each process, so every indexing write also leaves a *mark* in the store
+(``("langmem_ext", "turn_marks", tenant, user)``): per thread, a fresh token and the next turn
+number, and per user a token that changes on every write in any of the user's threads. Each
+query reads one mark (one ``GetOp``, batched with the dense search); when it differs from what
+the index last saw, the index catches up with only the turns it lacks (per changed thread, the
+turns from the last number it saw), or reloads a thread whose numbering went back. Marks are
+written after the turns they announce and never read-modified-written, so concurrent writers
+cannot hide each other's turns; an index that saw a mark has seen everything written before it.
 
 Costs: one embedding per evicted turn (written once), one query embedding per turn, a store search
-and a BM25 lookup (in process, O(postings of the query's terms)). The BM25 index is built from the
-store on first use in a process and kept up to date by this process's writes.
+and a BM25 lookup (in process, O(postings of the query's terms)), one mark read per query, and two
+small mark writes per turn that evicts something. The store I/O of the index (writes, marks,
+catch-up) is one sans-I/O generator of ``BaseStore`` operations, driven by ``batch`` in
+:meth:`~Retrieval.apply` and by ``abatch`` in :meth:`~Retrieval.aapply`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import re
 import threading
 import time
+import uuid
+import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.documents import Document
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
-from langgraph.store.base import BaseStore, PutOp, SearchItem
+from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, SearchOp
 
-from langmem_ext._identity import stable_key
+from langmem_ext._fences import neutralize
+from langmem_ext._identity import fingerprint, key_at, keys_between
 from langmem_ext.engine import Plan, StateLike, Strategy
 from langmem_ext.keys import MemoryKey
+from langmem_ext.messages import is_system
 from langmem_ext.ranking import BM25Index, reciprocal_rank_fusion
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
@@ -61,18 +87,24 @@ RRF_K = 5
 DENSE_WEIGHT = 2.0
 
 _KIND = "turns"
+#: the namespace kind of the change marks (see the module notes)
+_MARKS = "turn_marks"
+#: the key of the user's mark among the thread marks: "*" is percent-encoded in every label, so
+#: it can never be a thread's key
+_USER_MARK = "*"
+_PAGE = 500
 _OPEN, _CLOSE = "<retrieved_context>", "</retrieved_context>"
 _HEADER = (
     "Retrieved for the latest message: earlier parts of this conversation that are no longer "
     "shown, and reference material. They may be incomplete or out of date."
 )
-_TAG = re.compile(r"</?\s*(retrieved_context|turn|passage)\b", re.I)
 _SPACE = re.compile(r"\s+")
 
-
-def _defang(text: str) -> str:
-    """Retrieved text cannot close or open our own tags."""
-    return _TAG.sub(lambda m: m.group(0).replace("<", "&lt;"), text)
+_T = TypeVar("_T")
+#: a sans-I/O step of the index: yields batches of store operations, receives their results
+_Io = Generator[list[Op], list[Result], _T]
+#: what a thread mark says: (token of the last write, the next turn number)
+_Mark = tuple[str, int]
 
 
 def _text(message: BaseMessage) -> str:
@@ -126,6 +158,89 @@ def _normal(text: str) -> str:
     return _SPACE.sub(" ", text).strip().lower()
 
 
+def _same(original: BaseMessage, shown: BaseMessage) -> bool:
+    """Whether ``shown`` (a view message) is ``original`` as the inner strategy showed it:
+    the same object, the same id, or an id-less message of the same type with the same content
+    or clipped to fit (the clip records ``clipped_from_tokens``)."""
+    if original is shown:
+        return True
+    if original.id or shown.id:
+        return bool(original.id) and original.id == shown.id
+    if type(original) is not type(shown):
+        return False
+    meta = shown.response_metadata.get("langmem_ext")
+    clipped = isinstance(meta, dict) and "clipped_from_tokens" in meta
+    return clipped or fingerprint(original) == fingerprint(shown)
+
+
+def _mark_of(item: Item | None) -> _Mark | None:
+    """A thread mark as read from the store; a foreign value reads as a mark that matches
+    nothing and starts at turn 0 (so the thread is reloaded, never skipped)."""
+    if item is None:
+        return None
+    token, following = item.value.get("token"), item.value.get("next")
+    if not isinstance(token, str) or not isinstance(following, int) or following < 0:
+        return (f"foreign:{item.value!r}", 0)
+    return (token, following)
+
+
+def _token_of(item: Item | None) -> str | None:
+    if item is None:
+        return None
+    token = item.value.get("token")
+    return token if isinstance(token, str) else f"foreign:{item.value!r}"
+
+
+def _order(seq: int) -> str:
+    """A turn number as a string that sorts like the number. The catch-up filters on it with
+    ``$gte``, and ``PostgresStore`` compares ``$gte`` as text (``value->>'seq' >= '9'``, so 10
+    sorts before 9): zero-padded strings compare the same as text and as values everywhere."""
+    return f"{seq:012d}"
+
+
+def _check_int(name: str, value: object, minimum: int, fix: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"Retrieval: {name} must be an integer >= {minimum}, got {value!r}; {fix}")
+    return value
+
+
+def _check_positive(name: str, value: object, fix: str) -> float:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"Retrieval: {name} must be a finite number > 0, got {value!r}; {fix}")
+    return float(value)
+
+
+_PARTS = ("tenant", "user", "session")
+#: the key of a call that gave none: every part fell back to the shared default
+_DEFAULTED = MemoryKey(defaulted=frozenset(_PARTS))
+
+
+def _check_room(inner: Strategy, name: str, tokens: int) -> None:
+    """The retrieved context's budget is held back from the inner budget (like a reserve):
+    refuse one that leaves the inner view nothing, naming *this* parameter (the inner strategy
+    would otherwise blame its own ``reserve_tokens`` at the first ``apply``)."""
+    config = getattr(inner, "config", None)
+    limit = getattr(config, "max_tokens", None)
+    if not isinstance(limit, int):
+        return  # no token budget (SlidingWindow): nothing to hold back from
+    margin = float(getattr(config, "safety_margin", 0.0))
+    reserve = int(getattr(config, "reserve_tokens", 0))
+    strategy = type(inner).__name__
+    room = math.floor(limit * (1.0 - margin)) - reserve
+    if tokens >= room:
+        raise ValueError(
+            f"Retrieval: {name} ({tokens:,}) is held back from the inner budget, and "
+            f"{strategy}(max_tokens={limit:,}) leaves {room:,} tokens for the view after its "
+            f"safety_margin and reserve_tokens: nothing would be left for the conversation. "
+            f"Lower {name} (e.g. {max(room // 4, 1):,}) or raise {strategy}'s max_tokens"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     """One thing that may go into the context message."""
@@ -140,21 +255,21 @@ class _Candidate:
 
 
 class _Lexical:
-    """The BM25 index of one namespace prefix, and the values it was built from."""
+    """The BM25 index of one namespace prefix, the values it was built from, and the marks it
+    has caught up with (see the module notes)."""
 
     def __init__(self) -> None:
         self.index = BM25Index()
         self.values: dict[str, dict[str, Any]] = {}
-        self.turns: dict[tuple[str, ...], int] = {}  # namespace -> highest seq seen + 1
-        self.last_at = 0.0
+        #: thread label -> the mark of that thread as last read (everything before it is in)
+        self.marks: dict[str, _Mark] = {}
+        #: (scope="user") the user's mark as last read
+        self.user_token: str | None = None
 
     def add(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> None:
         uid = "/".join((*namespace, key))
         self.values[uid] = value
         self.index.add(uid, str(value.get("text", "")))
-        seq = int(value.get("seq", 0))
-        self.turns[namespace] = max(self.turns.get(namespace, 0), seq + 1)
-        self.last_at = max(self.last_at, float(value.get("indexed_at", 0.0)))
 
 
 class Retrieval(Strategy):
@@ -162,11 +277,15 @@ class Retrieval(Strategy):
 
     Args:
         inner: any other strategy (TokenBudget, SummaryBuffer, ...). Its budget is the budget of
-            the whole request; ``max_tokens`` of it is held back for the retrieved context.
+            the whole request; ``max_retrieved_tokens`` of it is held back for the retrieved
+            context.
         store: a LangGraph ``BaseStore``. With an ``index`` (``{"dims", "embed"}``, any LangChain
             ``Embeddings``) dense and hybrid ranking are available; without one, BM25 only.
         k: at most this many evicted turns per view.
-        max_tokens: what the context message may cost (counted with the inner counter).
+        max_retrieved_tokens: what the context message may cost (counted with the inner
+            counter). It is held back from the inner budget, so it must leave room there.
+        max_tokens: deprecated alias of ``max_retrieved_tokens`` (the inner strategy's
+            ``max_tokens`` is the budget of the whole request: one name for two budgets misled).
         min_query_length: a newest human message with fewer words is not searched for.
         sources: knowledge sources: any ``BaseRetriever`` or ``VectorStore``, searched
             concurrently with the memory index; a failing or slow one is reported, never fatal.
@@ -179,7 +298,13 @@ class Retrieval(Strategy):
             turns alone.
         query_messages: how many messages before the newest human message join the query (for
             follow-ups like "and the second one?").
-        key: the default memory key; the surfaces pass the key of each call instead.
+        key: the default memory key: used when a call passes none, and for the parts a call's
+            key did not give (a key from ``MemoryKey.from_config`` records which parts fell back
+            to ``"default"``).
+        shared_default: allow running when the part of the key the scope needs (the thread for
+            ``scope="thread"``, the user for ``scope="user"``) was not given. Off by default:
+            every caller without a ``user_id`` would otherwise read and write one shared memory,
+            so one user could be shown another's turns.
         source_k: at most this many passages from the sources per view (default ``k``).
         source_timeout: seconds a source may take before it is reported and skipped.
         candidates: how many results each ranking contributes to the fusion (default ``4 * k``).
@@ -191,6 +316,9 @@ class Retrieval(Strategy):
         dense_weight: the dense ranking's weight in hybrid fusion (BM25 and each source: 1). With
             the defaults, hybrid is dense-led, and BM25's first places (an exact name, code or
             number) still come through.
+
+    Every parameter is checked here, with an error that names it: a bad value never waits for
+    the first turn.
     """
 
     uses_key = True
@@ -201,7 +329,7 @@ class Retrieval(Strategy):
         *,
         store: BaseStore,
         k: int = 5,
-        max_tokens: int = 600,
+        max_retrieved_tokens: int | None = None,
         min_query_length: int = 3,
         sources: Sequence[Source] = (),
         scope: Scope = "thread",
@@ -209,12 +337,14 @@ class Retrieval(Strategy):
         neighbors: int = 1,
         query_messages: int = 0,
         key: MemoryKey | None = None,
+        shared_default: bool = False,
         source_k: int | None = None,
         source_timeout: float = 5.0,
         candidates: int | None = None,
         neighbor_chars: int = 600,
         rrf_k: int = RRF_K,
         dense_weight: float = DENSE_WEIGHT,
+        max_tokens: int | None = None,
     ) -> None:
         if not isinstance(inner, Strategy) or isinstance(inner, Retrieval):
             raise TypeError(
@@ -222,26 +352,54 @@ class Retrieval(Strategy):
                 f"{type(inner).__name__}"
             )
         if not isinstance(store, BaseStore):
-            raise TypeError(f"store must be a LangGraph BaseStore, got {type(store).__name__}")
-        for name, value in (("k", k), ("max_tokens", max_tokens)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            raise TypeError(
+                f"Retrieval: store must be a LangGraph BaseStore (InMemoryStore, SqliteStore, "
+                f"PostgresStore, ...), got {type(store).__name__}"
+            )
+        if max_tokens is not None:
+            if max_retrieved_tokens is not None:
+                raise TypeError(
+                    "Retrieval: pass max_retrieved_tokens only (max_tokens is its deprecated "
+                    f"alias), got both: max_retrieved_tokens={max_retrieved_tokens!r}, "
+                    f"max_tokens={max_tokens!r}"
+                )
+            warnings.warn(
+                "Retrieval(max_tokens=...) is deprecated: it is the retrieved context's budget, "
+                "not the request's; use max_retrieved_tokens=",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            max_retrieved_tokens = max_tokens
+        budget_name = "max_tokens" if max_tokens is not None else "max_retrieved_tokens"
+        if max_retrieved_tokens is None:
+            max_retrieved_tokens = 600
+        _check_int("k", k, 1, "it is how many evicted turns a view may bring back")
+        _check_int(
+            budget_name,
+            max_retrieved_tokens,
+            1,
+            "it is what the retrieved-context message may cost",
+        )
         for name, value in (
             ("min_query_length", min_query_length),
             ("neighbors", neighbors),
             ("query_messages", query_messages),
             ("neighbor_chars", neighbor_chars),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+            _check_int(name, value, 0, "0 turns the feature off")
         if neighbors > 1:
-            raise ValueError(f"neighbors must be 0 or 1, got {neighbors}")
+            raise ValueError(
+                f"Retrieval: neighbors must be 0 (the turns alone) or 1 (each with the turn "
+                f"before it), got {neighbors}"
+            )
         if scope not in ("thread", "user"):
-            raise ValueError(f"scope must be 'thread' or 'user', got {scope!r}")
+            raise ValueError(f"Retrieval: scope must be 'thread' or 'user', got {scope!r}")
         dense = getattr(store, "index_config", None) is not None
         ranking = ranking or ("hybrid" if dense else "bm25")
         if ranking not in ("dense", "bm25", "hybrid"):
-            raise ValueError(f"ranking must be 'dense', 'bm25' or 'hybrid', got {ranking!r}")
+            raise ValueError(
+                f"Retrieval: ranking must be 'dense', 'bm25' or 'hybrid', got {ranking!r}"
+            )
         if ranking != "bm25" and not dense:
             raise ValueError(
                 f"ranking={ranking!r} needs a store with a vector index, e.g. "
@@ -249,23 +407,51 @@ class Retrieval(Strategy):
                 "(use ranking='bm25')"
             )
         if key is not None and not isinstance(key, MemoryKey):
-            raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
+            raise TypeError(f"Retrieval: key must be a MemoryKey, got {type(key).__name__}")
+        if not isinstance(shared_default, bool):
+            raise TypeError(
+                f"Retrieval: shared_default must be a bool, got {type(shared_default).__name__}"
+            )
+        if isinstance(sources, (BaseRetriever, VectorStore, str, bytes)) or not isinstance(
+            sources, Iterable
+        ):
+            raise TypeError(
+                f"Retrieval: sources must be a list of BaseRetriever / VectorStore, got "
+                f"{type(sources).__name__}; wrap a single source in a list: sources=[source]"
+            )
         for source in sources:
             if not isinstance(source, (BaseRetriever, VectorStore)):
                 raise TypeError(
                     f"a source must be a BaseRetriever or a VectorStore, got "
                     f"{type(source).__name__}"
                 )
+        if source_k is not None:
+            _check_int("source_k", source_k, 0, "or None for k (0: no passages)")
+        if candidates is not None:
+            _check_int("candidates", candidates, 1, "or None for 4 * k")
         if not isinstance(rrf_k, int) or isinstance(rrf_k, bool) or rrf_k < 0:
-            raise ValueError(f"rrf_k must be an integer >= 0, got {rrf_k!r}")
-        if not dense_weight > 0:
-            raise ValueError(f"dense_weight must be > 0, got {dense_weight!r}")
-        if source_timeout <= 0:
-            raise ValueError(f"source_timeout must be > 0 seconds, got {source_timeout}")
+            raise ValueError(
+                f"rrf_k must be an integer >= 0, got {rrf_k!r}; the default {RRF_K} lets a "
+                "confident first place win"
+            )
+        if (
+            not isinstance(dense_weight, (int, float))
+            or isinstance(dense_weight, bool)
+            or not math.isfinite(dense_weight)
+            or dense_weight <= 0
+        ):
+            raise ValueError(
+                f"dense_weight must be > 0, got {dense_weight!r}; it must be a finite number "
+                f"(the default {DENSE_WEIGHT} makes hybrid dense-led)"
+            )
+        _check_positive(
+            "source_timeout", source_timeout, "it is how many seconds a source may take"
+        )
+        _check_room(inner, budget_name, max_retrieved_tokens)
         self.inner = inner
         self.store = store
         self.k = k
-        self.max_tokens = max_tokens
+        self.max_retrieved_tokens: int = max_retrieved_tokens
         self.min_query_length = min_query_length
         self.sources = tuple(sources)
         self.scope: Scope = scope
@@ -273,21 +459,30 @@ class Retrieval(Strategy):
         self.neighbors = neighbors
         self.query_messages = query_messages
         self.key = key
+        self.shared_default = shared_default
         self.source_k = k if source_k is None else source_k
-        self.source_timeout = source_timeout
-        self.candidates = candidates or 4 * k
+        self.source_timeout = float(source_timeout)
+        self.candidates = 4 * k if candidates is None else candidates
         self.neighbor_chars = neighbor_chars
         self.rrf_k = rrf_k
         self.dense_weight = float(dense_weight)
         self.counter = inner.counter
         self.summarizer = inner.summarizer
+        ttl = store.ttl_config
+        self._refresh_ttl = bool(ttl.get("refresh_on_read", True)) if ttl else True
         self._lexicals: OrderedDict[tuple[str, ...], _Lexical] = OrderedDict()
         self._lock = threading.Lock()
 
+    @property
+    def max_tokens(self) -> int:
+        """Deprecated alias of :attr:`max_retrieved_tokens`."""
+        return self.max_retrieved_tokens
+
     def __repr__(self) -> str:
         return (
-            f"Retrieval({self.inner!r}, k={self.k}, max_tokens={self.max_tokens}, "
-            f"ranking={self.ranking!r}, scope={self.scope!r}, sources={len(self.sources)})"
+            f"Retrieval({self.inner!r}, k={self.k}, "
+            f"max_retrieved_tokens={self.max_retrieved_tokens}, ranking={self.ranking!r}, "
+            f"scope={self.scope!r}, sources={len(self.sources)})"
         )
 
     def _plan(
@@ -295,7 +490,7 @@ class Retrieval(Strategy):
     ) -> Plan:
         """The inner plan with the context budget held back (retrieval itself is I/O, done by
         :meth:`apply` / :meth:`aapply`)."""
-        return self.inner._plan(messages, state, now, extra + self.max_tokens)
+        return self.inner._plan(messages, state, now, extra + self.max_retrieved_tokens)
 
     # -- entry points -----------------------------------------------------------------------------
 
@@ -342,6 +537,24 @@ class Retrieval(Strategy):
 
     # -- the two drivers: the same steps, sync and async I/O ------------------------------------
 
+    def _drive(self, io: _Io[_T]) -> _T:
+        """Run a sans-I/O step with ``store.batch``."""
+        try:
+            ops = next(io)
+            while True:
+                ops = io.send(self.store.batch(ops))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _adrive(self, io: _Io[_T]) -> _T:
+        """Run a sans-I/O step with ``store.abatch``."""
+        try:
+            ops = next(io)
+            while True:
+                ops = io.send(await self.store.abatch(ops))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
     def _run(
         self,
         messages: Sequence[BaseMessage],
@@ -353,17 +566,16 @@ class Retrieval(Strategy):
     ) -> MemoryResult:
         who = self._key(key)
         step = self.inner.apply if write else self.inner.view
-        inner = step(messages, state, extra_tokens=extra + self.max_tokens)
-        ops, next_state, count = self._index_ops(messages, inner, who, write)
-        for batch in _distinct_texts(ops):
-            self.store.batch(batch)
+        inner = step(messages, state, extra_tokens=extra + self.max_retrieved_tokens)
+        ops, next_state, count, shown = self._index_ops(messages, inner, who, write)
+        self._drive(self._write_io(ops, who))
         self._remember(ops)
         query = self._query(messages)
         if query is None:
             return self._compose(inner, next_state, [], (), count)
-        turns = self._search_turns(query, who, next_state)
+        turns = self._drive(self._turns_io(query, who))
         passages, errors = self._search_sources(query)
-        picked = self._fuse(turns, passages, inner.messages)
+        picked = self._fuse(turns, passages, shown)
         return self._compose(inner, next_state, picked, errors, count)
 
     async def _arun(
@@ -377,54 +589,73 @@ class Retrieval(Strategy):
     ) -> MemoryResult:
         who = self._key(key)
         step = self.inner.aapply if write else self.inner.aview
-        inner = await step(messages, state, extra_tokens=extra + self.max_tokens)
-        ops, next_state, count = self._index_ops(messages, inner, who, write)
-        for batch in _distinct_texts(ops):
-            await self.store.abatch(batch)
+        inner = await step(messages, state, extra_tokens=extra + self.max_retrieved_tokens)
+        ops, next_state, count, shown = self._index_ops(messages, inner, who, write)
+        await self._adrive(self._write_io(ops, who))
         self._remember(ops)
         query = self._query(messages)
         if query is None:
             return self._compose(inner, next_state, [], (), count)
         turns, (passages, errors) = await asyncio.gather(
-            self._asearch_turns(query, who, next_state), self._asearch_sources(query)
+            self._adrive(self._turns_io(query, who)), self._asearch_sources(query)
         )
-        picked = self._fuse(turns, passages, inner.messages)
+        picked = self._fuse(turns, passages, shown)
         return self._compose(inner, next_state, picked, errors, count)
+
+    # -- whose memory -----------------------------------------------------------------------------
+
+    def _key(self, key: MemoryKey | None) -> MemoryKey:
+        """The key of this call: the call's key, its defaulted parts filled from ``self.key``
+        (a fully defaulted key when there is neither). Fails closed when the part the scope
+        needs is still a default, unless ``shared_default=True``."""
+        if key is not None and not isinstance(key, MemoryKey):
+            raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
+        base = self.key
+        if key is None:
+            who = base if base is not None else _DEFAULTED
+        elif base is None or not key.defaulted:
+            who = key
+        else:
+            tenant, user, session = (
+                str(getattr(base if p in key.defaulted else key, p)) for p in _PARTS
+            )
+            who = MemoryKey(tenant, user, session, defaulted=key.defaulted & base.defaulted)
+        if not self.shared_default:
+            who.require(
+                "session" if self.scope == "thread" else "user",
+                owner=f"Retrieval(scope={self.scope!r})",
+                opt_out="shared_default",
+            )
+        return who
 
     # -- indexing ---------------------------------------------------------------------------------
 
-    def _key(self, key: MemoryKey | None) -> MemoryKey:
-        if key is not None and not isinstance(key, MemoryKey):
-            raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
-        return key or self.key or MemoryKey()
-
     def _index_ops(
         self, messages: Sequence[BaseMessage], result: MemoryResult, key: MemoryKey, write: bool
-    ) -> tuple[list[PutOp], MemoryState, int]:
-        """The store writes for the turns that left the view since the last call, and the state
-        with the index watermark moved past them (none for a read-only view). Pure."""
+    ) -> tuple[list[PutOp], MemoryState, int, set[str]]:
+        """The store writes for the turns that left the view since the last call, the state
+        with the index watermark moved past them (unchanged for a read-only view), and the keys
+        of the messages the view shows. Pure.
+
+        Everything is anchored to positions: the keys are :func:`key_at` keys, and what the view
+        shows is found by walking the view and the history back from their ends together, so a
+        repeated text ("continue") in the view never stands for an older copy of itself."""
         state = result.state
-        if not write:
-            return [], state, 0
         n = len(messages)
-        body_start = 1 if n and isinstance(messages[0], SystemMessage) else 0
-        start = state.indexed
-        if start <= body_start or start > n or stable_key(messages[start - 1]) != state.indexed_key:
-            start = body_start  # first call, or the history was rewritten: idempotent re-index
-        shown = {stable_key(m) for m in result.messages if m.id != RETRIEVED_ID}
-        first_kept = n
-        for j in range(n - 1, start - 1, -1):  # O(view): stops at the watermark
-            if stable_key(messages[j]) in shown:
-                first_kept = j
-        evicted = messages[start:first_kept]
+        body_start = 1 if n and is_system(messages[0]) else 0
+        start, keys = self._watermark(messages, state, body_start)
+        first_kept, shown = self._shown(messages, result.messages, start, keys)
+        if not write:
+            return [], state, 0, shown
+        evicted = range(start, first_kept)
         if not evicted:
-            return [], state, 0
-        groups: list[list[BaseMessage]] = []
-        for m in evicted:
-            if isinstance(m, HumanMessage) or not groups:
-                groups.append([m])
+            return [], state, 0, shown
+        groups: list[list[int]] = []
+        for i in evicted:
+            if isinstance(messages[i], HumanMessage) or not groups:
+                groups.append([i])
             else:
-                groups[-1].append(m)
+                groups[-1].append(i)
         # the last group is unfinished when the view starts inside its turn: index what left,
         # and index it again (same key) once the rest of the turn has left too
         unfinished = first_kept < n and not isinstance(messages[first_kept], HumanMessage)
@@ -433,29 +664,68 @@ class Retrieval(Strategy):
         now = time.time()
         ops: list[PutOp] = []
         seq = state.indexed_turns
-        for i, group in enumerate(groups):
-            text = render_turn(group)
+        for g, group in enumerate(groups):
+            text = render_turn([messages[i] for i in group])
             value = {
                 "text": text,
                 "prev": prev[-self.neighbor_chars :] if prev else "",
-                "ids": [stable_key(m) for m in group],
+                "ids": [keys[i - start] for i in group],
                 "seq": seq,
+                "order": _order(seq),
                 "thread": key.session,
                 "indexed_at": now,
             }
-            ops.append(PutOp(namespace, stable_key(group[0]), value, index=["text"]))
+            ops.append(PutOp(namespace, keys[group[0] - start], value, index=["text"]))
             prev = text
-            if not (unfinished and i == len(groups) - 1):
+            if not (unfinished and g == len(groups) - 1):
                 seq += 1
         watermark = first_kept - (len(groups[-1]) if unfinished else 0)
         complete = len(groups) - (1 if unfinished else 0)
         moved = replace(
             state,
             indexed=watermark if watermark > body_start else 0,
-            indexed_key=stable_key(messages[watermark - 1]) if watermark > body_start else None,
+            indexed_key=key_at(messages, watermark - 1) if watermark > body_start else None,
             indexed_turns=seq,
         )
-        return ops, moved, complete
+        return ops, moved, complete, shown
+
+    @staticmethod
+    def _watermark(
+        messages: Sequence[BaseMessage], state: MemoryState, body_start: int
+    ) -> tuple[int, list[str]]:
+        """Where indexing resumes, and the position-safe keys of ``messages[start:]``: the
+        state's watermark when the message before it is still the same one (same key at the
+        same position), else the start of the body (first call, or the history was rewritten:
+        re-indexing is idempotent)."""
+        n = len(messages)
+        start = state.indexed
+        if body_start < start <= n and state.indexed_key is not None:
+            keys = keys_between(messages, start - 1, n)
+            if keys[0] == state.indexed_key:
+                return start, keys[1:]
+        return body_start, keys_between(messages, body_start, n)
+
+    @staticmethod
+    def _shown(
+        messages: Sequence[BaseMessage], view: Sequence[BaseMessage], start: int, keys: list[str]
+    ) -> tuple[int, set[str]]:
+        """The oldest position at or after ``start`` that the view shows (``len(messages)`` when
+        none), and the keys of the messages it shows. O(view + messages since ``start``)."""
+        n = len(messages)
+        shown = {str(m.id) for m in view if m.id and m.id != RETRIEVED_ID}
+        first = n
+        j = n - 1
+        for v in reversed(view):
+            if v.id == RETRIEVED_ID:
+                continue
+            q = j
+            while q >= start and not _same(messages[q], v):
+                q -= 1
+            if q < start:  # a summary, a placeholder, the system message, or older
+                continue
+            shown.add(keys[q - start])
+            first, j = q, q - 1
+        return first, shown
 
     @staticmethod
     def _previous_turn(messages: Sequence[BaseMessage], start: int, body_start: int) -> str:
@@ -464,8 +734,24 @@ class Retrieval(Strategy):
             j -= 1
         return render_turn(messages[j:start]) if j >= body_start else ""
 
+    def _write_io(self, ops: Sequence[PutOp], key: MemoryKey) -> _Io[None]:
+        """Write the turns, then the thread's mark, then the user's mark, each after the last
+        (a reader that sees a mark sees what it announces). Marks are blind writes of a fresh
+        token: no read-modify-write, so concurrent writers never undo each other."""
+        if not ops:
+            return
+        for batch in _distinct_texts(ops):
+            yield list(batch)
+        token = uuid.uuid4().hex
+        following = max(int((op.value or {}).get("seq", 0)) for op in ops) + 1
+        marks = key.namespace(_MARKS, scope="user")
+        thread_mark = {"token": token, "next": following, "thread": key.session}
+        yield [PutOp(marks, key.labels()[2], thread_mark, index=False)]
+        yield [PutOp(marks, _USER_MARK, {"token": token}, index=False)]
+
     def _remember(self, ops: Iterable[PutOp]) -> None:
-        """Keep this process's BM25 indexes current with its own writes."""
+        """Add this process's own writes to its BM25 indexes at once (the marks they left still
+        make the next query check for other writers' turns)."""
         with self._lock:
             for op in ops:
                 for prefix, lexical in self._lexicals.items():
@@ -506,60 +792,111 @@ class Retrieval(Strategy):
             while len(self._lexicals) > 256:  # bounded: the least recently searched goes
                 self._lexicals.popitem(last=False)
 
-    def _refresh_filter(
-        self, lexical: _Lexical | None, key: MemoryKey, state: MemoryState
-    ) -> dict[str, Any] | Literal["skip"] | None:
-        """What to (re)load from the store into the BM25 index: everything (None), the items
-        newer than what we have (a filter), or nothing ("skip")."""
-        if lexical is None:
-            return None
-        if self.scope == "thread":
-            have = lexical.turns.get(key.namespace(_KIND), 0)
-            return "skip" if have >= state.indexed_turns else {"seq": {"$gte": have}}
-        # other threads of the user may have written: look for items newer than ours (with a
-        # margin for clock skew between processes)
-        return {"indexed_at": {"$gte": lexical.last_at - 30.0}}
-
-    def _lexical_sync(self, key: MemoryKey, state: MemoryState) -> _Lexical:
-        prefix, lexical, wanted = self._lexical_need(key, state)
-        if wanted == "skip":
-            assert lexical is not None
-            return lexical
-        fresh, offset = lexical or _Lexical(), 0
-        while self._fill(fresh, self.store.search(prefix, filter=wanted, limit=500, offset=offset)):
-            offset += 500
-        return self._keep(prefix, lexical, fresh)
-
-    async def _alexical(self, key: MemoryKey, state: MemoryState) -> _Lexical:
-        prefix, lexical, wanted = self._lexical_need(key, state)
-        if wanted == "skip":
-            assert lexical is not None
-            return lexical
-        fresh, offset = lexical or _Lexical(), 0
-        while self._fill(
-            fresh, await self.store.asearch(prefix, filter=wanted, limit=500, offset=offset)
-        ):
-            offset += 500
-        return self._keep(prefix, lexical, fresh)
-
-    def _lexical_need(
-        self, key: MemoryKey, state: MemoryState
-    ) -> tuple[tuple[str, ...], _Lexical | None, dict[str, Any] | Literal["skip"] | None]:
+    def _turns_io(self, query: str, key: MemoryKey) -> _Io[list[tuple[float, list[_Candidate]]]]:
+        """The memory index's rankings, each with its fusion weight. The dense search and the
+        mark read go in one batch; a stale BM25 index then catches up."""
         prefix = self._prefix(key)
+        marks = key.namespace(_MARKS, scope="user")
+        thread = key.labels()[2]
+        first: list[Op] = []
+        if self.ranking != "bm25":
+            first.append(SearchOp(prefix, None, self.candidates, 0, query, self._refresh_ttl))
+        if self.ranking != "dense":
+            mark_key = thread if self.scope == "thread" else _USER_MARK
+            first.append(GetOp(marks, mark_key, self._refresh_ttl))
+        results = yield first
+        rankings: list[tuple[float, list[_Candidate]]] = []
+        if self.ranking != "bm25":
+            dense = results[0]
+            assert isinstance(dense, list)
+            items = [it for it in dense if isinstance(it, Item)]
+            turns = [self._turn("/".join((*it.namespace, it.key)), it.value) for it in items]
+            rankings.append((self.dense_weight, turns))
+        if self.ranking != "dense":
+            mark = results[-1]
+            assert mark is None or isinstance(mark, Item)
+            lexical = yield from self._lexical_io(prefix, marks, thread, mark)
+            hits = lexical.index.search(query, self.candidates)
+            rankings.append((1.0, [self._turn(uid, lexical.values[uid]) for uid, _ in hits]))
+        return rankings
+
+    def _lexical_io(
+        self, prefix: tuple[str, ...], marks_ns: tuple[str, ...], thread: str, mark: Item | None
+    ) -> _Io[_Lexical]:
+        """The BM25 index of ``prefix``, current with the store as of ``mark`` (read just
+        before): built from every stored turn on first use, else caught up with the turns of
+        each thread whose mark changed since the index last saw it."""
         lexical = self._lexical_for(prefix)
-        return prefix, lexical, self._refresh_filter(lexical, key, state)
-
-    @staticmethod
-    def _fill(lexical: _Lexical, page: Sequence[SearchItem]) -> bool:
-        """Add one page of store items; whether another page may follow."""
-        for item in page:
-            lexical.add(item.namespace, item.key, item.value)
-        return len(page) == 500
-
-    def _keep(self, prefix: tuple[str, ...], old: _Lexical | None, fresh: _Lexical) -> _Lexical:
-        if old is None:
+        token: str | None = None
+        if self.scope == "thread":
+            thread_mark = _mark_of(mark)
+            if lexical is not None and lexical.marks.get(thread) == thread_mark:
+                return lexical
+            seen = {thread: thread_mark} if thread_mark is not None else {}
+        else:
+            token = _token_of(mark)
+            if lexical is not None and lexical.user_token == token:
+                return lexical
+            seen = yield from self._read_marks(marks_ns)
+        if lexical is None:  # first use in this process: everything (older items too)
+            fresh = _Lexical()
+            yield from self._load(fresh, [(prefix, None)])
+            fresh.marks, fresh.user_token = seen, token
             self._install(prefix, fresh)
-        return fresh
+            return fresh
+        loads: list[tuple[tuple[str, ...], dict[str, Any] | None]] = []
+        for label, now in seen.items():
+            before = lexical.marks.get(label)
+            if before == now:
+                continue
+            # the last turn seen may have been written unfinished and completed since (same
+            # number); a numbering that went back (state reset) reloads the thread
+            since = 0 if before is None or now[1] < before[1] else max(before[1] - 1, 0)
+            namespace = prefix if self.scope == "thread" else (*prefix, label)
+            loads.append((namespace, {"order": {"$gte": _order(since)}} if since else None))
+        yield from self._load(lexical, loads)
+        with self._lock:
+            lexical.marks.update(seen)
+            lexical.user_token = token
+        return lexical
+
+    def _read_marks(self, marks_ns: tuple[str, ...]) -> _Io[dict[str, _Mark]]:
+        """Every thread mark of the user (one page per 500 threads)."""
+        found: dict[str, _Mark] = {}
+        offset = 0
+        while True:
+            (page,) = yield [SearchOp(marks_ns, None, _PAGE, offset, None, self._refresh_ttl)]
+            assert isinstance(page, list)
+            for item in page:
+                if isinstance(item, Item) and item.key != _USER_MARK:
+                    mark = _mark_of(item)
+                    assert mark is not None
+                    found[item.key] = mark
+            if len(page) < _PAGE:
+                return found
+            offset += _PAGE
+
+    def _load(
+        self, lexical: _Lexical, loads: Sequence[tuple[tuple[str, ...], dict[str, Any] | None]]
+    ) -> _Io[None]:
+        """Add the stored turns under each (namespace prefix, filter) to ``lexical``, every
+        prefix's pages in one batch per round."""
+        pending = [(namespace, where, 0) for namespace, where in loads]
+        while pending:
+            ops: list[Op] = [
+                SearchOp(namespace, where, _PAGE, offset, None, self._refresh_ttl)
+                for namespace, where, offset in pending
+            ]
+            pages = yield ops
+            more = []
+            for (namespace, where, offset), page in zip(pending, pages, strict=True):
+                assert isinstance(page, list)
+                for item in page:
+                    if isinstance(item, Item):
+                        lexical.add(item.namespace, item.key, item.value)
+                if len(page) == _PAGE:
+                    more.append((namespace, where, offset + _PAGE))
+            pending = more
 
     def _turn(self, uid: str, value: dict[str, Any]) -> _Candidate:
         return _Candidate(
@@ -570,37 +907,6 @@ class Retrieval(Strategy):
             prev=str(value.get("prev", "")) if self.neighbors else "",
             ids=tuple(str(i) for i in value.get("ids", ())),
         )
-
-    def _rank_turns(
-        self, dense: Sequence[SearchItem] | None, lexical: _Lexical | None, query: str
-    ) -> list[tuple[float, list[_Candidate]]]:
-        """The memory index's rankings, each with its fusion weight."""
-        rankings: list[tuple[float, list[_Candidate]]] = []
-        if dense is not None:
-            turns = [self._turn("/".join((*it.namespace, it.key)), it.value) for it in dense]
-            rankings.append((self.dense_weight, turns))
-        if lexical is not None:
-            hits = lexical.index.search(query, self.candidates)
-            rankings.append((1.0, [self._turn(uid, lexical.values[uid]) for uid, _ in hits]))
-        return rankings
-
-    def _search_turns(
-        self, query: str, key: MemoryKey, state: MemoryState
-    ) -> list[tuple[float, list[_Candidate]]]:
-        dense: list[SearchItem] | None = None
-        if self.ranking in ("dense", "hybrid"):
-            dense = self.store.search(self._prefix(key), query=query, limit=self.candidates)
-        lexical = self._lexical_sync(key, state) if self.ranking != "dense" else None
-        return self._rank_turns(dense, lexical, query)
-
-    async def _asearch_turns(
-        self, query: str, key: MemoryKey, state: MemoryState
-    ) -> list[tuple[float, list[_Candidate]]]:
-        dense: list[SearchItem] | None = None
-        if self.ranking in ("dense", "hybrid"):
-            dense = await self.store.asearch(self._prefix(key), query=query, limit=self.candidates)
-        lexical = await self._alexical(key, state) if self.ranking != "dense" else None
-        return self._rank_turns(dense, lexical, query)
 
     # -- knowledge sources ------------------------------------------------------------------------
 
@@ -687,17 +993,17 @@ class Retrieval(Strategy):
         self,
         turns: list[tuple[float, list[_Candidate]]],
         passages: list[list[_Candidate]],
-        view: Sequence[BaseMessage],
+        shown: Collection[str],
     ) -> list[_Candidate]:
         """Weighted reciprocal rank fusion of every ranking, over what the view does not show
-        (ranks count only those); dedupe by content (the best-ranked copy is kept); cap turns at
-        ``k`` and passages at ``source_k``."""
-        shown = {stable_key(m) for m in view}
+        (``shown``: the position-safe keys of the view's messages; ranks count only turns
+        outside it); dedupe by content (the best-ranked copy is kept); cap turns at ``k`` and
+        passages at ``source_k``."""
         by_uid: dict[str, _Candidate] = {}
         rankings: list[list[str]] = []
         weights: list[float] = []
         for weight, ranking in [*turns, *((1.0, p) for p in passages)]:
-            kept = [c for c in ranking if not (c.kind == "turn" and shown.intersection(c.ids))]
+            kept = [c for c in ranking if not (c.kind == "turn" and any(i in shown for i in c.ids))]
             rankings.append([c.uid for c in kept])
             weights.append(weight)
             for c in kept:
@@ -717,11 +1023,14 @@ class Retrieval(Strategy):
         return picked
 
     def _block(self, c: _Candidate, with_prev: bool) -> str:
+        """One fenced block. Everything retrieved is neutralised (no tag of ours inside it can
+        open or close a fence), and a source's name cannot leave its attribute."""
         if c.kind == "passage":
-            return f'<passage source="{_defang(c.source)}">\n{_defang(c.text)}\n</passage>'
-        body = _defang(c.text)
+            name = neutralize(c.source).replace('"', "'")
+            return f'<passage source="{name}">\n{neutralize(c.text)}\n</passage>'
+        body = neutralize(c.text)
         if with_prev and c.prev:
-            body = f"(the turn before)\n{_defang(c.prev)}\n(the turn)\n{body}"
+            body = f"(the turn before)\n{neutralize(c.prev)}\n(the turn)\n{body}"
         return f"<turn n={c.seq}>\n{body}\n</turn>"
 
     def _message(self, blocks: Sequence[str]) -> HumanMessage:
@@ -743,7 +1052,7 @@ class Retrieval(Strategy):
             ordered = sorted(trial, key=lambda t: (t[0].kind != "turn", t[0].seq))
             candidate = self._message([b for _, b in ordered])
             tokens = self.counter.count_message(candidate)
-            return (candidate, tokens) if tokens <= self.max_tokens else None
+            return (candidate, tokens) if tokens <= self.max_retrieved_tokens else None
 
         # 1. the results, best first, each whole or not at all; 2. with what is left, each
         # chosen turn's neighbour, best first (a neighbour never displaces a result)

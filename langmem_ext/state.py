@@ -33,19 +33,111 @@ Added later in version 2 (older readers ignore them; indexing is idempotent, so 
 * ``indexed``, ``indexed_key``, ``indexed_turns``: (Retrieval) how many messages from the start
   of the history are in the retrieval index, the stable key of the last of them, and how many
   turns that made.
+
+Validation: every field is checked when a state is built (``__post_init__``) and when it is read
+(:meth:`MemoryState.from_dict`); a wrong type, a negative counter, a non-finite ``retry_at`` or an
+unknown ``health`` raises :class:`~langmem_ext.errors.InvalidStateError` naming the field and
+the value. A state is never misread silently: a wrong guess could fold, drop or re-summarize the
+wrong messages. ``bool`` is not accepted where a number is expected (``True`` is not a count).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
+
+from langmem_ext.errors import InvalidStateError
 
 __all__ = ["STATE_VERSION", "Health", "MemoryState"]
 
 STATE_VERSION = 2
 
 Health = Literal["healthy", "retrying", "degraded"]
+
+_HEALTH = ("healthy", "retrying", "degraded")
+
+#: counters: an int >= 0 (never a bool, never a float)
+_COUNTS = (
+    "seen",
+    "seen_tokens",
+    "folded",
+    "folded_tokens",
+    "folds",
+    "failures",
+    "clipped",
+    "view_tokens",
+    "indexed",
+    "indexed_turns",
+)
+#: optional strings (keys and the last error)
+_TEXTS = ("seen_key", "cut_key", "folded_key", "last_error", "prefix_key", "indexed_key")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _invalid(name: str, value: Any, expected: str, *, within: Any = None) -> InvalidStateError:
+    where = "" if within is None else f" in {name.split('[')[0]}={_shown(within)}"
+    return InvalidStateError(
+        f"invalid MemoryState: {name} must be {expected}, got {_shown(value)} "
+        f"({type(value).__name__}){where}. "
+        "The state is corrupted or was not written by MemoryState.to_dict(); start from a fresh "
+        "state (None) or restore it from a good checkpoint",
+        field=name,
+        value=value,
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_version(value: Any) -> None:
+    if not _is_int(value) or value < 1:
+        raise _invalid("version", value, f"an int from 1 to {STATE_VERSION}")
+    if value > STATE_VERSION:
+        raise InvalidStateError(
+            f"MemoryState version {value!r} is newer than this langmem_ext understands "
+            f"({STATE_VERSION}); upgrade langmem_ext to read it",
+            field="version",
+            value=value,
+        )
+
+
+def _read_summary(value: Any) -> tuple[tuple[str, str], ...]:
+    """(section, text) pairs from a tuple/list of 2-item tuples/lists, or a dict.
+
+    A checkpointer's serializer may hand tuples back as lists; anything else (a list of plain
+    strings, a 3-item entry, a number) is refused rather than guessed at.
+    """
+    if isinstance(value, tuple) and all(
+        type(p) is tuple and len(p) == 2 and type(p[0]) is str and type(p[1]) is str for p in value
+    ):
+        return value  # already the canonical form: no copy
+    if isinstance(value, Mapping):
+        items: Any = list(value.items())
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        raise _invalid("summary", value, "a list of [section, text] pairs")
+    pairs: list[tuple[str, str]] = []
+    for i, pair in enumerate(items):
+        if (
+            not isinstance(pair, (list, tuple))
+            or len(pair) != 2
+            or not isinstance(pair[0], str)
+            or not isinstance(pair[1], str)
+        ):
+            raise _invalid(
+                f"summary[{i}]", pair, "a [section, text] pair of two strings", within=value
+            )
+        pairs.append((str(pair[0]), str(pair[1])))  # plain str (a str subclass is copied)
+    return tuple(pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +164,37 @@ class MemoryState:
     indexed_key: str | None = None
     indexed_turns: int = 0
 
+    def __post_init__(self) -> None:
+        # every construction (``replace`` included) goes through here, so a state that exists
+        # is valid and ``to_json`` can always write it. About 20 isinstance checks: cheap.
+        _check_version(self.version)
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise _invalid(name, value, "an int >= 0")
+        for name in _TEXTS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise _invalid(name, value, "a string or None")
+        cut = self.cut_index
+        if cut is not None and (not _is_int(cut) or cut < 0):
+            raise _invalid("cut_index", cut, "an int >= 0 or None")
+        if self.health not in _HEALTH:
+            raise _invalid("health", self.health, "one of 'healthy', 'retrying', 'degraded'")
+        retry = self.retry_at
+        if retry is not None and (
+            isinstance(retry, bool)
+            or not isinstance(retry, (int, float))
+            or (isinstance(retry, float) and not math.isfinite(retry))  # an int is finite
+        ):
+            raise _invalid("retry_at", retry, "a finite number (epoch seconds) or None")
+        summary = self.summary
+        if not isinstance(summary, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str)
+            for p in summary
+        ):
+            raise _invalid("summary", summary, "a tuple of (section, text) string pairs")
+
     @property
     def sections(self) -> dict[str, str]:
         """The summary as a dict, section -> text."""
@@ -85,32 +208,32 @@ class MemoryState:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
+        """Strict JSON (``allow_nan=False``): a state never writes ``NaN`` or ``Infinity``,
+        which other JSON readers refuse."""
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MemoryState:
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryState:
         """Read a dict written by :meth:`to_dict` of this or an older version.
 
-        Unknown keys (from a newer minor addition) are ignored; a newer *version* is refused,
-        because silently misreading it could fold or drop the wrong messages.
+        Unknown keys (from a newer minor addition) are ignored and missing ones take their
+        defaults; a newer *version* is refused, because silently misreading it could fold or
+        drop the wrong messages. Every field is validated: anything else raises
+        :class:`~langmem_ext.errors.InvalidStateError` naming the field and the value. Tuples
+        that a checkpointer's serializer turned into lists are read back as tuples.
         """
-        if not isinstance(data, dict):
-            raise TypeError(f"MemoryState.from_dict expects a dict, got {type(data).__name__}")
-        version = data.get("version", STATE_VERSION)
-        if not isinstance(version, int) or version > STATE_VERSION:
-            raise ValueError(
-                f"MemoryState version {version!r} is newer than this langmem_ext understands "
-                f"({STATE_VERSION}); upgrade langmem_ext to read it"
+        if not isinstance(data, Mapping):
+            raise InvalidStateError(
+                f"MemoryState.from_dict expects a dict from MemoryState.to_dict(), got "
+                f"{type(data).__name__}",
+                value=data,
             )
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        version = data.get("version", STATE_VERSION)
+        _check_version(version)
+        values = {k: data[k] for k in _FIELDS if k in data}
         values["version"] = STATE_VERSION
-        summary = values.get("summary")
-        if summary is not None:
-            pairs = summary.items() if isinstance(summary, dict) else summary
-            values["summary"] = tuple((str(k), str(v)) for k, v in pairs)
-        if values.get("health", "healthy") not in ("healthy", "retrying", "degraded"):
-            raise ValueError(f"MemoryState health {values['health']!r} is not a known state")
+        if "summary" in values:
+            values["summary"] = _read_summary(values["summary"])
         return cls(**values)
 
     @classmethod
@@ -118,15 +241,18 @@ class MemoryState:
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def coerce(cls, value: MemoryState | dict[str, Any] | None) -> MemoryState:
+    def coerce(cls, value: MemoryState | Mapping[str, Any] | None) -> MemoryState:
         """``None`` → a fresh state; a dict (e.g. from a checkpoint) → parsed; a state → itself."""
         if value is None:
             return cls()
         if isinstance(value, cls):
             return value
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             return cls.from_dict(value)
         raise TypeError(
             f"state must be a MemoryState, a dict from MemoryState.to_dict(), or None; "
             f"got {type(value).__name__}"
         )
+
+
+_FIELDS = tuple(f.name for f in fields(MemoryState))

@@ -7,41 +7,81 @@ so every message is read exactly once and nothing is cut off unseen.
 
 The fold is a plan of model calls (:meth:`Summarizer.steps`, a generator with no I/O) driven by
 :meth:`Summarizer.fold` (sync) and :meth:`Summarizer.afold` (async), so both share one logic.
+
+Provider faults are handled by the drivers, each decision in one pure function shared by both:
+
+* every model call has a ``timeout`` (60 s by default); a call that does not answer in time is
+  abandoned and counts as a transient failure;
+* transient failures (timeouts, connection errors, 408/409/425/429/5xx/529, a malformed 200 body,
+  an answer without text) are retried up to ``max_attempts`` with exponential backoff and jitter,
+  waiting at least what the provider asked in ``Retry-After`` / ``retry-after-ms``
+  (:func:`retry_wait`); the model's own SDK retries are switched off (``max_retries=0``) so
+  attempts do not multiply;
+* a context-length 400 is not retried as it is: the plan halves its input for the rest of the
+  fold and sends smaller chained chunks, down to a floor, then fails with a clear error.
+
+A fold that still fails raises :class:`SummarizerError`: nothing was folded, and the strategy
+keeps every message unfolded (its own retry schedule takes over, see ``fold.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import inspect
 import json
+import logging
+import math
+import random
 import re
-from collections.abc import Callable, Generator, Mapping, Sequence
+import threading
+import time
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Literal
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableLambda
 
+from langmem_ext._fences import neutralize
 from langmem_ext.errors import LangmemExtError
+from langmem_ext.messages import as_standard
 from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "TEMPLATES",
     "ModelCall",
     "Summarizer",
     "SummarizerError",
     "SummarizerLike",
     "as_summarizer",
+    "is_context_overflow",
     "is_transient",
     "render_transcript",
+    "retry_after",
+    "retry_wait",
 ]
+
+logger = logging.getLogger("langmem_ext")
+
+#: the default ``timeout`` of one summarizer call, in seconds: a summary of a full input budget
+#: takes a few seconds to a few tens of seconds on current models; a call still silent after a
+#: minute is treated as lost (and retried) rather than left to block the turn
+DEFAULT_TIMEOUT = 60.0
 
 #: What each built-in template asks the model to keep. One section of the summary per template.
 TEMPLATES: dict[str, str] = {
@@ -75,12 +115,33 @@ _CONTINUED = "(continued) "
 
 
 class SummarizerError(LangmemExtError, RuntimeError):
-    """A fold failed after retries (and after the fallback, if any). Nothing was folded."""
+    """A fold failed after retries (and after the fallback, if any). Nothing was folded.
 
-    def __init__(self, message: str, *, section: str | None = None, attempts: int = 0) -> None:
+    ``attempts`` is the number of requests actually made for the failing call; ``retry_after`` is
+    the wait (seconds) the provider asked for in its last answer, if it asked (a caller scheduling
+    its next try should not come back sooner).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        section: str | None = None,
+        attempts: int = 0,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.section = section
         self.attempts = attempts
+        self.retry_after = retry_after
+
+
+class _ContextOverflow(SummarizerError):
+    """A call was refused as longer than the model's context window (thrown into the plan)."""
+
+
+class _EmptyAnswer(ValueError):
+    """The model answered, but with no text: treated like a malformed answer (transient)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,17 +178,23 @@ def _text(content: Any) -> str:
     return " ".join(p for p in parts if p)
 
 
-_FENCE = re.compile(r"</?\s*(transcript|previous_summary|summary)\s*>", re.IGNORECASE)
-
-
 def _defang(text: str) -> str:
-    """Neutralise tags that could close our fences from inside the transcript."""
-    return _FENCE.sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), text)
+    """Neutralise every fence tag of the package (``</transcript foo=1>``,
+    ``< /previous_summary >``, ``</conversation_summary>`` ...) so text from a conversation or a
+    model cannot close our fences or open new ones: in the transcript, the previous summary and
+    a summary to compress."""
+    return neutralize(text)
 
 
 def render_message(message: BaseMessage) -> str:
-    """One compact transcript line: role, text, and tool calls as ``name(args)``."""
-    text = _defang(_text(message.content)).strip()
+    """One compact transcript line: role, text, and tool calls as ``name(args)``. Every part
+    (text, names, arguments) is neutralised, so no fence tag survives anywhere in the line."""
+    return _defang(_render(message))
+
+
+def _render(message: BaseMessage) -> str:
+    message = as_standard(message)  # a ChatMessage with a known role reads as that role
+    text = _text(message.content).strip()
     if isinstance(message, HumanMessage):
         who = f"user ({message.name})" if message.name else "user"
         return f"{who}: {text}"
@@ -135,15 +202,17 @@ def render_message(message: BaseMessage) -> str:
         parts = [f"assistant: {text}"] if text else []
         for call in message.tool_calls:
             args = json.dumps(call["args"], ensure_ascii=False, sort_keys=True)
-            parts.append(f"assistant called {call['name']}({_defang(args)})")
+            parts.append(f"assistant called {call['name']}({args})")
         for bad in message.invalid_tool_calls:
-            parts.append(f"assistant called {bad.get('name')}({_defang(bad.get('args') or '')})")
+            parts.append(f"assistant called {bad.get('name')}({bad.get('args') or ''})")
         return "\n".join(parts) if parts else "assistant: (no text)"
     if isinstance(message, ToolMessage):
         label = "error" if message.status == "error" else "result"
         return f"tool {message.name or 'call'} {label}: {text}"
     if isinstance(message, SystemMessage):
         return f"system note: {text}"
+    if isinstance(message, ChatMessage):
+        return f"{message.role}: {text}"
     return f"{message.type}: {text}"
 
 
@@ -166,31 +235,151 @@ _TRANSIENT_NAMES = {
     "Timeout",
     "ReadTimeout",
     "ConnectTimeout",
+    "ValidationError",  # pydantic: the SDK could not read the answer it got
 }
+
+#: what providers say when a prompt does not fit the model's context window
+_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|context window|prompt is too long"
+    r"|input is too long|too many (?:input )?tokens|reduce the length of the (?:messages|prompt)",
+    re.IGNORECASE,
+)
+
+#: a TypeError/KeyError/... naming one of these is a missing setting, not a garbled answer
+_CONFIG_WORDS = re.compile(r"auth|api[_ ]?key|credential|base_url", re.IGNORECASE)
+
+
+def _status(error: BaseException) -> int | None:
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int):
+        return status
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def is_context_overflow(error: BaseException) -> bool:
+    """The provider refused the prompt as longer than the model's context window: LangChain's
+    ``ContextOverflowError``, or a 400/413 whose code or message says so (OpenAI
+    ``context_length_exceeded`` / "maximum context length", Anthropic "prompt is too long").
+    Retrying the same prompt cannot succeed; a smaller one can."""
+    if any(cls.__name__ == "ContextOverflowError" for cls in type(error).__mro__):
+        return True
+    if _status(error) not in (400, 413):
+        return False
+    words = f"{getattr(error, 'code', '')} {error} {getattr(error, 'body', '')}"
+    return _OVERFLOW.search(words) is not None
+
+
+def _malformed_answer(error: BaseException) -> bool:
+    """The provider answered 200 but the answer could not be read: a body that is not JSON, a
+    reply without text, an answer the SDK's validation refused (a 2xx status on the error), or
+    JSON of the wrong shape, which the chat model's integration package (``langchain_openai``,
+    ``langchain_anthropic`` ...) trips on with a TypeError/KeyError/AttributeError/IndexError
+    while building its result (unless the message points at a missing setting)."""
+    if isinstance(error, (json.JSONDecodeError, _EmptyAnswer)):
+        return True
+    status = _status(error)
+    if status is not None and 200 <= status < 300:
+        return True
+    if not isinstance(error, (TypeError, KeyError, AttributeError, IndexError)):
+        return False
+    if _CONFIG_WORDS.search(str(error)):
+        return False
+    traceback = error.__traceback__
+    module = ""
+    while traceback is not None:  # the innermost frame: where the error was raised
+        module = str(traceback.tb_frame.f_globals.get("__name__", ""))
+        traceback = traceback.tb_next
+    package = module.split(".", 1)[0]
+    return package.startswith("langchain_") and package != "langchain_core"
 
 
 def is_transient(error: BaseException) -> bool:
-    """Worth retrying: rate limits, timeouts, connection failures and 5xx answers. A 400 (e.g. a
-    context-length error) or an authentication error is not."""
+    """Worth retrying: rate limits, timeouts, connection failures, 5xx answers (529 included),
+    errors LangChain marks ``is_retryable``, and malformed 200 answers (a body that is not JSON,
+    or of the wrong shape, or without text). A 400 (e.g. a context-length error), an
+    authentication error or a bug in a callable is not."""
     if isinstance(error, (TimeoutError, ConnectionError, asyncio.TimeoutError)):
         return True
-    status = getattr(error, "status_code", None)
-    if isinstance(status, int):
+    if _malformed_answer(error):
+        return True
+    status = _status(error)
+    if status is not None:
         return status in (408, 409, 425, 429) or status >= 500
+    if getattr(error, "is_retryable", False) is True:  # langchain_core.exceptions.ModelError
+        return True
     return any(cls.__name__ in _TRANSIENT_NAMES for cls in type(error).__mro__)
+
+
+def retry_after(error: BaseException) -> float | None:
+    """The wait (seconds, >= 0) the provider asked for in the answer that raised ``error``:
+    ``retry-after-ms`` (OpenAI's finer hint) or ``retry-after`` (seconds or an HTTP date), read
+    from ``error.response.headers`` (openai, anthropic and httpx errors carry it). None when the
+    answer carries no usable hint."""
+    found = getattr(getattr(error, "response", None), "headers", None)
+    if found is None:
+        found = getattr(error, "headers", None)
+    get = getattr(found, "get", None)  # httpx.Headers (case-insensitive) or a plain mapping
+    if not callable(get):
+        return None
+
+    def header(name: str) -> str | None:
+        for key in (name, name.title()):
+            value = get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+        return None
+
+    if (ms := header("retry-after-ms")) is not None:
+        try:
+            seconds = float(ms) / 1000
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    if (value := header("retry-after")) is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:  # an HTTP date: the wait is until then (now if it is past)
+            seconds = max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+        except (TypeError, ValueError, IndexError):
+            return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def retry_wait(
+    attempt: int,
+    error: BaseException,
+    *,
+    max_attempts: int,
+    initial: float,
+    largest: float,
+    jitter: float,
+) -> float | None:
+    """Seconds to wait before retrying after attempt number ``attempt`` (1-based) failed with
+    ``error``, or None to stop: the error is not transient, the attempts are spent, or the
+    provider asked to wait longer than ``largest`` (waiting less would only earn another 429;
+    giving up lets the strategy's own schedule, which never blocks a turn, take over).
+
+    The wait is exponential backoff, ``initial * 2**(attempt-1)`` plus ``jitter * initial``
+    (``jitter`` in [0, 1), random in the drivers), at most ``largest``; and never less than the
+    provider's ``Retry-After``. Pure: the sync and async drivers share it.
+    """
+    if attempt >= max_attempts or not is_transient(error):
+        return None
+    wait: float = min(largest, initial * 2.0 ** min(attempt - 1, 60) + jitter * initial)
+    asked = retry_after(error)
+    if asked is not None:
+        if asked > largest:
+            return None
+        wait = max(wait, asked)
+    return wait
 
 
 # --------------------------------------------------------------------------------------------
 # the summarizer
-
-
-def _jitter_params(initial: float, largest: float) -> Any:
-    """tenacity >= 9.2 renamed ``initial`` to ``multiplier`` (and warns on the old name)."""
-    import tenacity
-
-    fields = inspect.signature(tenacity.wait_exponential_jitter.__init__).parameters
-    first = "multiplier" if "multiplier" in fields else "initial"
-    return {first: initial, "max": largest, "jitter": initial}
 
 
 ModelLike = BaseLanguageModel[Any] | Runnable[Any, Any] | Callable[..., Any] | str
@@ -217,6 +406,112 @@ def _as_runnable(model: ModelLike) -> Runnable[Any, Any]:
     )
 
 
+def _is_sdk_client(value: Any) -> bool:
+    """An SDK client of the Stainless family (openai, anthropic, and the many SDKs built like
+    them): it has ``max_retries`` and ``with_options(max_retries=...)``."""
+    return isinstance(getattr(value, "max_retries", None), int) and callable(
+        getattr(value, "with_options", None)
+    )
+
+
+def _without_sdk_retries(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
+    """A copy of a chat model whose SDK does not retry (``max_retries=0``), so the Summarizer's
+    own loop is the only one: ChatOpenAI / ChatAnthropic retry twice by default inside each
+    call, which would turn ``max_attempts=3`` into 9 requests and ignore our backoff. Clients
+    already built are copied with ``with_options(max_retries=0)`` (keeping any client the user
+    passed), clients cached lazily (ChatAnthropic) are dropped to be rebuilt from the copy's
+    ``max_retries``. A model without a ``max_retries`` field, or one that cannot be copied, is
+    used as it is (logged)."""
+    if isinstance(runnable, RunnableBinding):
+        inner = _without_sdk_retries(runnable.bound)
+        return runnable if inner is runnable.bound else runnable.model_copy(update={"bound": inner})
+    if not isinstance(runnable, BaseChatModel):
+        return runnable
+    fields = type(runnable).model_fields
+    if "max_retries" not in fields or getattr(runnable, "max_retries", None) == 0:
+        return runnable
+    try:
+        copy = runnable.model_copy(update={"max_retries": 0})
+        values = copy.__dict__
+        for name in list(values):
+            value = values[name]
+            if name not in fields:
+                if isinstance(
+                    inspect.getattr_static(type(copy), name, None), functools.cached_property
+                ):
+                    del values[name]  # built from the old max_retries; rebuilt on first use
+            elif _is_sdk_client(value):
+                values[name] = value.with_options(max_retries=0)
+            elif _is_sdk_client(getattr(value, "_client", None)):  # a resource of a client
+                values[name] = type(value)(value._client.with_options(max_retries=0))
+    except Exception as error:  # pragma: no cover - an exotic model; retries may multiply
+        logger.warning(
+            "langmem_ext: could not switch off the SDK retries of %s (%s: %s); its own retries "
+            "add to the Summarizer's max_attempts",
+            type(runnable).__name__,
+            type(error).__name__,
+            error,
+        )
+        return runnable
+    return copy
+
+
+_T = TypeVar("_T")
+
+
+def _call_with_timeout(fn: Callable[[], _T], timeout: float | None) -> _T:
+    """``fn()``, abandoned after ``timeout`` seconds (TimeoutError). A blocking call cannot be
+    interrupted in Python, so it runs in a daemon thread (with the caller's context variables,
+    so LangChain callbacks and tracing follow it); an abandoned call may still finish in the
+    background, its answer discarded, until the model's own client gives up on it."""
+    if timeout is None:
+        return fn()
+    future: Future[_T] = Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():  # pragma: no cover - never cancelled
+            return
+        try:
+            future.set_result(fn())
+        except BaseException as error:  # delivered to the caller by future.result()
+            future.set_exception(error)
+
+    context = contextvars.copy_context()
+    worker = threading.Thread(
+        target=context.run, args=(work,), name="langmem_ext-summarizer", daemon=True
+    )
+    worker.start()
+    try:
+        return future.result(timeout)
+    except FutureTimeout:
+        raise _timed_out(timeout) from None
+
+
+async def _await_with_timeout(call: Awaitable[_T], timeout: float | None) -> _T:
+    """``await call``, cancelled after ``timeout`` seconds (TimeoutError). Unlike
+    ``asyncio.wait_for`` it tells our timeout from a TimeoutError raised by the call itself, and
+    does not wait for a model that ignores its cancellation."""
+    if timeout is None:
+        return await call
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except BaseException:  # cancelled from outside: take the call down with us
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        raise _timed_out(timeout)
+    return task.result()
+
+
+def _timed_out(timeout: float) -> TimeoutError:
+    return TimeoutError(
+        f"the summarizer model did not answer within timeout={timeout:g} s; the call was "
+        "abandoned (give Summarizer a larger timeout= if the model is legitimately slow)"
+    )
+
+
 def _output_text(output: Any) -> str:
     text: str
     if isinstance(output, BaseMessage):
@@ -227,7 +522,24 @@ def _output_text(output: Any) -> str:
         raise SummarizerError(f"the summarizer model returned a {type(output).__name__}")
     text = text.strip()
     match = re.fullmatch(r"<summary>\s*(.*?)\s*</summary>", text, flags=re.S | re.I)
-    return match.group(1) if match else text
+    text = match.group(1).strip() if match else text
+    if not text:
+        raise _EmptyAnswer("the summarizer model returned an empty summary (no text)")
+    return text
+
+
+def _seconds(name: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a finite number of seconds (>= 0, or > 0 with ``positive``), or an error
+    naming the parameter, the value and what is accepted."""
+    accepted = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds {accepted}, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        extra = " (or None for no limit)" if name == "timeout" else ""
+        raise ValueError(
+            f"{name} must be a finite number of seconds {accepted}{extra}, got {value!r}"
+        )
+    return float(value)
 
 
 class Summarizer:
@@ -248,12 +560,37 @@ class Summarizer:
         prompt: a custom instruction for a single custom section (``templates`` is then
             ``("custom",)`` unless given). ``{max_tokens}`` in it is replaced by the section's
             budget; any other braces are left alone.
-        fallback: another model (or Summarizer) tried when this one fails after its retries.
+        fallback: another model (or Summarizer) tried when this one fails after its retries
+            (for a context-length error too, before the fold shrinks its input).
         counter: how the summarizer measures text (default: approximate).
-        max_attempts: attempts per call for transient errors (429, 5xx, timeouts), with
-            exponential backoff and jitter (LangChain's ``with_retry``).
+        max_attempts: requests per call for transient errors (timeouts, connection errors, 429,
+            5xx/529, malformed 200 answers, answers without text), with exponential backoff and
+            jitter. This is the only retry layer: a chat model with a ``max_retries`` field
+            (ChatOpenAI, ChatAnthropic ...) is used through a copy with ``max_retries=0``, so a
+            persistent 429 costs ``max_attempts`` requests, not ``max_attempts x 3``.
         retry_initial_wait, retry_max_wait: the backoff's first and largest wait, in seconds.
+            A provider's ``Retry-After`` / ``retry-after-ms`` is honoured: the next attempt
+            waits at least that long. ``retry_max_wait`` caps every wait: when the provider asks
+            for more, the call gives up at once (SummarizerError with ``retry_after``), since
+            the strategy's own retry schedule can wait without blocking a turn.
+        timeout: seconds one model call may take (sync and async), default
+            :data:`DEFAULT_TIMEOUT` (60 s); ``None`` waits forever. A call still silent after it
+            is abandoned and counts as a transient failure (retried, then SummarizerError;
+            nothing is folded or lost). A sync call runs in a daemon thread so it can be
+            abandoned: that thread may finish in the background (its answer is discarded)
+            until the model's own client times out. One fold can take up to about
+            ``max_attempts x (timeout + retry_max_wait)`` per chained call.
+
+    Context-length errors: a call refused as longer than the model's window (a 400 saying so) is
+    not retried as it is; the fold halves its input for the rest of the fold (smaller chained
+    chunks, every transcript line still read exactly once), down to a floor (the instructions, a
+    full-size summary and some transcript), then raises a SummarizerError saying so.
     """
+
+    #: how the sync driver sleeps between attempts (replace on an instance in tests)
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+    #: how the async driver sleeps between attempts
+    asleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
 
     def __init__(
         self,
@@ -268,6 +605,7 @@ class Summarizer:
         max_attempts: int = 3,
         retry_initial_wait: float = 1.0,
         retry_max_wait: float = 20.0,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         if templates is None:
             templates = ("custom",) if prompt is not None else ("conversation",)
@@ -306,14 +644,15 @@ class Summarizer:
                 "the instructions and some transcript"
             )
         self.max_input_tokens = max_input_tokens
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        self.retry_initial_wait = _seconds("retry_initial_wait", retry_initial_wait)
+        self.retry_max_wait = _seconds("retry_max_wait", retry_max_wait)
+        self.timeout = None if timeout is None else _seconds("timeout", timeout, positive=True)
         self.model = model
-        self._runnable = _as_runnable(model)
+        self._runnable = _without_sdk_retries(_as_runnable(model))
         self.counter: TokenCounter = as_counter(counter)
         self.max_attempts = max_attempts
-        self.retry_initial_wait = retry_initial_wait
-        self.retry_max_wait = retry_max_wait
         self.fallback: Summarizer | None
         if fallback is None or isinstance(fallback, Summarizer):
             self.fallback = fallback
@@ -328,6 +667,7 @@ class Summarizer:
                 max_attempts=max_attempts,
                 retry_initial_wait=retry_initial_wait,
                 retry_max_wait=retry_max_wait,
+                timeout=timeout,
             )
 
     def __repr__(self) -> str:
@@ -335,7 +675,7 @@ class Summarizer:
         label = name if isinstance(name, str) else type(self.model).__name__
         return (
             f"Summarizer({label!r}, templates={self.templates}, "
-            f"max_summary_tokens={self.max_summary_tokens})"
+            f"max_summary_tokens={self.max_summary_tokens}, timeout={self.timeout})"
         )
 
     # -- the plan (pure) --------------------------------------------------------------------------
@@ -390,20 +730,33 @@ class Summarizer:
         self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
     ) -> Generator[ModelCall, str, dict[str, str]]:
         """The fold as a plan: yields each :class:`ModelCall`, receives the model's text, and
-        returns the new sections. Every transcript line goes into exactly one call per section."""
+        returns the new sections. Every transcript line goes into exactly one answered call per
+        section.
+
+        A driver whose call was refused as too long for the model's context window throws that
+        failure (a ``SummarizerError`` the drivers build when :func:`is_context_overflow`) into
+        the plan instead of sending text: the plan then halves its input budget for the rest of
+        this fold (half the refused prompt, at least the floor: the instructions, a full-size
+        summary and some transcript), puts the refused chunk back and carries on with smaller
+        chunks; a refused prompt already at the floor ends the fold with a SummarizerError. A
+        refused compress call leaves the summary to be clipped.
+        """
         lines = render_transcript(messages)
+        limit = self.max_input_tokens  # shrinks when the model refuses a prompt as too long
         result: dict[str, str] = {}
         for section in self.templates:
             summary = previous.get(section, "")
             budget = self.section_budgets[section]
+            floor = self._cost(self._prompt(section, "", [])) + 2 * budget + 64
             pending = list(lines)
             while pending:
                 fixed = self._cost(self._prompt(section, summary, []))
-                room = self.max_input_tokens - fixed
+                room = limit - fixed
                 if room < 8:
+                    shrunk = "" if limit == self.max_input_tokens else f", shrunk to {limit:,}"
                     raise SummarizerError(
                         f"the previous {section!r} summary leaves no room in max_input_tokens "
-                        f"({self.max_input_tokens:,}) for transcript",
+                        f"({self.max_input_tokens:,}{shrunk}) for transcript",
                         section=section,
                     )
                 chunk: list[str] = []
@@ -420,15 +773,35 @@ class Summarizer:
                         pending[:0] = pieces
                         continue
                     break
-                summary = yield ModelCall(
-                    self._prompt(section, summary, chunk), budget, section, "fold"
-                )
+                prompt = self._prompt(section, summary, chunk)
+                try:
+                    summary = yield ModelCall(prompt, budget, section, "fold")
+                except _ContextOverflow as refused:
+                    size = self._cost(prompt)
+                    smaller = max(floor, size // 2)
+                    if smaller >= size:
+                        raise SummarizerError(
+                            f"the summarizer model refused a {size:,}-token prompt for the "
+                            f"{section!r} section as longer than its context window ({refused}); "
+                            f"this fold already shrank its input from max_input_tokens="
+                            f"{self.max_input_tokens:,} to {limit:,} tokens and cannot go below "
+                            f"{floor:,} (the instructions, a full-size summary and some "
+                            "transcript): use a summarizer model with a larger context window, "
+                            "or a smaller max_summary_tokens",
+                            section=section,
+                            attempts=refused.attempts,
+                        ) from refused
+                    limit = min(limit, smaller)
+                    pending[:0] = chunk  # read again, in smaller calls: never skipped
+                    continue
                 # within budget before it is carried into the next call (or returned): a model
                 # that overran its limit must not starve the rest of the chain of input room
                 if self.counter.count_text(summary) > budget:
-                    summary = yield ModelCall(
-                        self._compress_prompt(section, summary), budget, section, "compress"
-                    )
+                    # refused as too long (only the summary was sent): clipping is what is left
+                    with contextlib.suppress(_ContextOverflow):
+                        summary = yield ModelCall(
+                            self._compress_prompt(section, summary), budget, section, "compress"
+                        )
                     if self.counter.count_text(summary) > budget:
                         summary = self._clip(summary, budget)
             result[section] = summary
@@ -451,67 +824,108 @@ class Summarizer:
         runnable = self._runnable
         if isinstance(runnable, BaseChatModel) and "max_tokens" in type(runnable).model_fields:
             runnable = runnable.bind(max_tokens=max_tokens)
-        if self.max_attempts > 1:
-            runnable = runnable.with_retry(
-                retry_if_exception_type=is_transient,
-                stop_after_attempt=self.max_attempts,
-                wait_exponential_jitter=True,
-                exponential_jitter_params=_jitter_params(
-                    self.retry_initial_wait, self.retry_max_wait
-                ),
-            )
         return runnable
 
-    def _failed(self, call: ModelCall, error: BaseException) -> SummarizerError:
-        # with_retry retries transient errors only: anything else failed on its first attempt
-        attempts = self.max_attempts if is_transient(error) else 1
-        return SummarizerError(
+    def _wait(self, attempt: int, error: BaseException) -> float | None:
+        return retry_wait(
+            attempt,
+            error,
+            max_attempts=self.max_attempts,
+            initial=self.retry_initial_wait,
+            largest=self.retry_max_wait,
+            jitter=random.random(),
+        )
+
+    def _failed(self, call: ModelCall, error: BaseException, attempts: int) -> SummarizerError:
+        asked = retry_after(error)
+        note = ""
+        if (
+            asked is not None
+            and asked > self.retry_max_wait
+            and attempts < self.max_attempts
+            and is_transient(error)
+        ):
+            note = (
+                f" (the provider asked to retry after {asked:g} s, more than "
+                f"retry_max_wait={self.retry_max_wait:g} s)"
+            )
+        kind = _ContextOverflow if is_context_overflow(error) else SummarizerError
+        return kind(
             f"summarizing the {call.section!r} section failed after {attempts} "
-            f"attempt(s): {type(error).__name__}: {error}",
+            f"attempt(s){note}: {type(error).__name__}: {error}",
             section=call.section,
             attempts=attempts,
+            retry_after=asked,
         )
+
+    def _attempts(self, call: ModelCall) -> str:
+        """This model alone (no fallback), with retries; the failure as a SummarizerError."""
+        runnable, prompt = self._bound(call.max_tokens), list(call.prompt)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                output = _call_with_timeout(lambda: runnable.invoke(prompt), self.timeout)
+                return _output_text(output)
+            except Exception as error:
+                wait = self._wait(attempt, error)
+                if wait is None:
+                    raise self._failed(call, error, attempt) from error
+            self.sleep(wait)
+
+    async def _aattempts(self, call: ModelCall) -> str:
+        """Async :meth:`_attempts`."""
+        runnable, prompt = self._bound(call.max_tokens), list(call.prompt)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                output = await _await_with_timeout(runnable.ainvoke(prompt), self.timeout)
+                return _output_text(output)
+            except Exception as error:
+                wait = self._wait(attempt, error)
+                if wait is None:
+                    raise self._failed(call, error, attempt) from error
+            await self.asleep(wait)
 
     def _call(self, call: ModelCall) -> str:
         try:
-            text = _output_text(self._bound(call.max_tokens).invoke(list(call.prompt)))
-        except SummarizerError:
-            raise
-        except Exception as error:
-            if self.fallback is not None:
+            return self._attempts(call)
+        except SummarizerError as failure:
+            if self.fallback is None:
+                raise
+            try:
                 return self.fallback._call(call)
-            raise self._failed(call, error) from error
-        if not text:
-            if self.fallback is not None:
-                return self.fallback._call(call)
-            raise SummarizerError(f"the summarizer returned an empty {call.section!r} summary")
-        return text
+            except SummarizerError as second:
+                raise _both_failed(failure, second) from second
 
     async def _acall(self, call: ModelCall) -> str:
         try:
-            text = _output_text(await self._bound(call.max_tokens).ainvoke(list(call.prompt)))
-        except SummarizerError:
-            raise
-        except Exception as error:
-            if self.fallback is not None:
+            return await self._aattempts(call)
+        except SummarizerError as failure:
+            if self.fallback is None:
+                raise
+            try:
                 return await self.fallback._acall(call)
-            raise self._failed(call, error) from error
-        if not text:
-            if self.fallback is not None:
-                return await self.fallback._acall(call)
-            raise SummarizerError(f"the summarizer returned an empty {call.section!r} summary")
-        return text
+            except SummarizerError as second:
+                raise _both_failed(failure, second) from second
 
     def fold(self, previous: Mapping[str, str], messages: Sequence[BaseMessage]) -> dict[str, str]:
         """The new summary sections after folding ``messages`` into ``previous``.
 
-        Raises :class:`SummarizerError` when a call fails after its retries and the fallback.
+        Raises :class:`SummarizerError` when a call fails after its retries and the fallback,
+        or when the model's context window is too small even for the smallest input.
         """
         plan = self.steps(previous, messages)
         try:
             call = next(plan)
             while True:
-                call = plan.send(self._call(call))
+                try:
+                    text = self._call(call)
+                except _ContextOverflow as refused:
+                    call = plan.throw(refused)
+                else:
+                    call = plan.send(text)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -523,9 +937,28 @@ class Summarizer:
         try:
             call = next(plan)
             while True:
-                call = plan.send(await self._acall(call))
+                try:
+                    text = await self._acall(call)
+                except _ContextOverflow as refused:
+                    call = plan.throw(refused)
+                else:
+                    call = plan.send(text)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+def _both_failed(first: SummarizerError, second: SummarizerError) -> SummarizerError:
+    """One error for a call the model and its fallback both failed. It is a context overflow
+    when either was (a smaller input may let that one answer)."""
+    overflow = isinstance(first, _ContextOverflow) or isinstance(second, _ContextOverflow)
+    kind = _ContextOverflow if overflow else SummarizerError
+    asked = [a for a in (first.retry_after, second.retry_after) if a is not None]
+    return kind(
+        f"{first}; the fallback failed too: {second}",
+        section=second.section or first.section,
+        attempts=first.attempts + second.attempts,
+        retry_after=max(asked) if asked else None,
+    )
 
 
 SummarizerLike = Summarizer | BaseLanguageModel[Any] | Callable[..., Any] | str

@@ -13,13 +13,14 @@ therefore the overhead alone, which is how the engine reads it.
 from __future__ import annotations
 
 import base64
+import difflib
 import json
 import math
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import (
@@ -32,6 +33,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import Runnable
 
 from langmem_ext._identity import fingerprint
 from langmem_ext.errors import TokenizerUnavailableError
@@ -45,6 +47,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "as_counter",
+    "tiktoken_encoding_for",
 ]
 
 
@@ -220,6 +223,103 @@ def openai_image_tokens(width: int, height: int) -> int:
     return 170 * math.ceil(height / 512) * math.ceil(width / 512) + 85
 
 
+#: OpenAI model families newer than the installed tiktoken's tables may know: o200k_base
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-6", "chatgpt-4o")
+
+#: ``provider:model`` prefixes (init_chat_model syntax) whose models are OpenAI's
+_OPENAI_PROVIDERS = ("openai:", "azure_openai:")
+
+#: name prefixes (lower-cased) of models tiktoken cannot count, and whose models they are
+_OTHER_MODELS: tuple[tuple[str, str], ...] = (
+    ("claude", "Anthropic"),
+    ("gemini", "Google"),
+    ("gemma", "Google"),
+    ("palm", "Google"),
+    ("models/gemini", "Google"),
+    ("mistral", "Mistral"),
+    ("mixtral", "Mistral"),
+    ("codestral", "Mistral"),
+    ("ministral", "Mistral"),
+    ("command", "Cohere"),
+    ("llama", "Meta"),
+    ("meta-llama/", "Meta"),
+    ("deepseek", "DeepSeek"),
+    ("qwen", "Qwen"),
+    ("grok", "xAI"),
+    ("amazon.", "AWS Bedrock"),
+    ("anthropic.", "AWS Bedrock"),
+    ("us.anthropic.", "AWS Bedrock"),
+)
+
+
+def _accepted_names() -> str:
+    import tiktoken
+
+    encodings = ", ".join(repr(e) for e in tiktoken.list_encoding_names())
+    return (
+        "'approximate', a tiktoken encoding name "
+        f"({encodings}), or an OpenAI model name tiktoken knows ('gpt-4o', 'gpt-4.1-mini', "
+        "'gpt-5', 'o3', 'gpt-3.5-turbo', ...; also as 'openai:gpt-4o')"
+    )
+
+
+def tiktoken_encoding_for(name: str) -> str:
+    """The tiktoken encoding for ``name``: an encoding name itself, or an OpenAI model name
+    (``"gpt-4o"``, ``"openai:gpt-4o"``) that tiktoken's model tables know (or a newer member of
+    a family they map to ``o200k_base``, such as ``"gpt-6"``).
+
+    Reads tiktoken's tables only, so it works offline. Anything else raises ``ValueError``: a
+    model of another provider (``"claude-..."``, ``"gemini-..."``, ``"anthropic:..."``) is
+    refused with the fix (pass the chat model itself, or ``"approximate"``), because counting it
+    with an OpenAI encoding would be silently wrong; an unknown name lists what is accepted and
+    the nearest match.
+    """
+    import tiktoken
+    from tiktoken.model import MODEL_TO_ENCODING, encoding_name_for_model
+
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(
+            f"a token counter name must be a non-empty string; got {name!r}. "
+            f"Use {_accepted_names()}"
+        )
+    encodings = tiktoken.list_encoding_names()
+    raw = name.strip()
+    lowered = raw.lower()
+    if lowered in encodings:
+        return lowered
+    model = lowered
+    for prefix in _OPENAI_PROVIDERS:
+        if model.startswith(prefix):
+            model = model[len(prefix) :]
+            break
+    try:
+        return encoding_name_for_model(model)
+    except KeyError:
+        pass
+    if model.startswith(_O200K_PREFIXES):
+        return "o200k_base"
+    provider = next((who for prefix, who in _OTHER_MODELS if model.startswith(prefix)), None)
+    if provider is None and ":" in model and not model.startswith("ft:"):
+        provider = f"provider {model.split(':', 1)[0]!r}"
+    if provider is not None:
+        raise ValueError(
+            f"counter {name!r} names a model of {provider}, which tiktoken cannot count (an "
+            "OpenAI encoding would be silently wrong). Pass the chat model itself, e.g. "
+            f"counter=init_chat_model({raw!r}) or the model object you call: it counts with the "
+            "provider's own counter (ChatModelCounter; this may call the provider's API). Or "
+            "pass counter='approximate' for an estimate without I/O"
+        )
+    close = difflib.get_close_matches(
+        lowered, ["approximate", *encodings, *MODEL_TO_ENCODING], n=1, cutoff=0.6
+    )
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(
+        f"unknown token counter {name!r}{hint}. A counter name must be {_accepted_names()}. "
+        "For another model pass the chat model itself (ChatModelCounter), a callable "
+        "(BaseMessage) -> int, or TiktokenCounter(encoding=...) to pick an encoding explicitly"
+    )
+
+
 class TiktokenCounter(_CachedCounter):
     """Exact OpenAI chat-format counting with tiktoken.
 
@@ -233,6 +333,10 @@ class TiktokenCounter(_CachedCounter):
     ``default_image_tokens`` (765, the cost of a 1024x1024 high-detail image). Blocks OpenAI drops
     before sending (``thinking``, ``tool_use``, ``reasoning_content``) cost nothing; other unknown
     blocks are counted as their JSON text, which errs on the side of keeping within budget.
+
+    ``model`` must be a name :func:`tiktoken_encoding_for` knows (an unknown or non-OpenAI name
+    raises ``ValueError`` instead of silently counting with ``cl100k_base``); pass
+    ``encoding=`` to choose the encoding explicitly (e.g. for an Azure deployment name).
     """
 
     def __init__(
@@ -254,14 +358,12 @@ class TiktokenCounter(_CachedCounter):
             if name is None:
                 if not model:
                     raise ValueError("TiktokenCounter needs a model or an encoding name")
-                try:
-                    name = tiktoken.encoding_for_model(model).name
-                except KeyError:
-                    name = (
-                        "o200k_base"
-                        if model.lower().startswith(("gpt-4o", "gpt-4.1", "gpt-5", "gpt-6"))
-                        else "cl100k_base"
-                    )
+                name = tiktoken_encoding_for(model)
+            elif name not in tiktoken.list_encoding_names():
+                raise ValueError(
+                    f"TiktokenCounter(encoding={name!r}): unknown tiktoken encoding; use one of "
+                    f"{', '.join(repr(e) for e in tiktoken.list_encoding_names())}"
+                )
             self._encoding = tiktoken.get_encoding(name)
         except ValueError:
             raise
@@ -386,6 +488,61 @@ class ApproximateCounter(_CachedCounter):
 # any chat model
 
 
+@runtime_checkable
+class ModelTokenCounts(Protocol):
+    """What :class:`ChatModelCounter` uses of a model: LangChain's counting methods."""
+
+    def get_num_tokens_from_messages(self, messages: list[BaseMessage]) -> int: ...
+
+
+def _model_inside(spec: Any) -> Any:
+    """The language model a runnable wraps, or ``None``.
+
+    ``model.bind(...)``, ``model.bind_tools(...)``, ``with_config``, ``with_retry`` (a
+    ``RunnableBinding``) and ``configurable_fields`` (its default) wrap one model; a
+    ``RunnableSequence`` or ``RunnableParallel`` (``with_structured_output`` builds
+    ``model.bind_tools(...) | parser``) is accepted when exactly one model is in it. Bound
+    kwargs (tools, stop ...) are per request, not per message, so counting with the bare model
+    is right: reserve the tool schemas with ``reserve_tokens``. ``with_fallbacks`` is not looked
+    into: it is used through its own ``get_num_tokens_from_messages`` (the primary model's), as
+    ``trim_messages`` does.
+    """
+    from langchain_core.runnables.base import (
+        RunnableBindingBase,
+        RunnableParallel,
+        RunnableSequence,
+    )
+    from langchain_core.runnables.configurable import DynamicRunnable
+
+    found: list[Any] = []
+
+    def visit(node: Any, depth: int) -> None:
+        if depth > 16:
+            return
+        if isinstance(node, BaseLanguageModel):
+            if not any(node is f for f in found):
+                found.append(node)
+        elif isinstance(node, RunnableBindingBase):
+            visit(node.bound, depth + 1)
+        elif isinstance(node, DynamicRunnable):
+            visit(node.default, depth + 1)
+        elif isinstance(node, RunnableSequence):
+            for step in node.steps:
+                visit(step, depth + 1)
+        elif isinstance(node, RunnableParallel):
+            for step in node.steps__.values():
+                visit(step, depth + 1)
+
+    visit(spec, 0)
+    if len(found) > 1:
+        names = ", ".join(type(f).__name__ for f in found)
+        raise TypeError(
+            f"cannot use {type(spec).__name__} as a token counter: it holds {len(found)} "
+            f"language models ({names}); pass the chat model whose tokens count"
+        )
+    return found[0] if found else None
+
+
 class ChatModelCounter(_CachedCounter):
     """Delegates to a chat model's ``get_num_tokens_from_messages``, one message at a time, cached.
 
@@ -394,20 +551,43 @@ class ChatModelCounter(_CachedCounter):
     overhead is measured once, on the first message counted, as ``2·n([m]) − n([m, m])`` and
     subtracted from every per-message count. Counting may do network I/O, so the async drivers run
     it in a worker thread.
+
+    ``model`` may be a bound model (``model.bind_tools(...)``, ``model.bind(...)``, a
+    ``RunnableBinding``, ``with_structured_output``): the chat model inside is used, as
+    ``trim_messages`` does. Any object with ``get_num_tokens_from_messages`` works too.
     """
 
     is_blocking = True
 
-    def __init__(self, model: BaseLanguageModel[Any], *, cache_size: int = 65_536) -> None:
+    def __init__(
+        self,
+        model: BaseLanguageModel[Any] | Runnable[Any, Any] | ModelTokenCounts,
+        *,
+        cache_size: int = 65_536,
+    ) -> None:
         super().__init__(cache_size=cache_size)
-        self.model = model
+        inner = _model_inside(model)
+        if inner is None and not callable(getattr(model, "get_num_tokens_from_messages", None)):
+            raise TypeError(
+                f"ChatModelCounter needs a chat model (or a runnable wrapping one, e.g. "
+                f"model.bind_tools(...)), got {type(model).__name__}"
+            )
+        #: the chat model that counts (the one inside a binding)
+        self.model: Any = inner if inner is not None else model
+        #: what was passed (the binding itself, or the model)
+        self.source: Any = model
         self._overhead: int | None = None
 
     def __repr__(self) -> str:
         return f"ChatModelCounter({type(self.model).__name__})"
 
     def count_text(self, text: str) -> int:
-        return int(self.model.get_num_tokens(text))
+        get_num_tokens = getattr(self.model, "get_num_tokens", None)
+        if callable(get_num_tokens):
+            return int(get_num_tokens(text))
+        # a duck-typed model without get_num_tokens: a human message minus its framing
+        message = HumanMessage(content=text)
+        return max(0, self._count(message) - self._count(HumanMessage(content="")))
 
     def _measure_overhead(self, message: BaseMessage) -> int:
         one = int(self.model.get_num_tokens_from_messages([message]))
@@ -419,6 +599,14 @@ class ChatModelCounter(_CachedCounter):
             self._overhead = self._measure_overhead(message)
             self.request_overhead = self._overhead
         return max(0, int(self.model.get_num_tokens_from_messages([message])) - self._overhead)
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        # the per-message counts first: the first one measures the overhead, which must be in
+        # this total too (and the engine reads ``count_messages([])`` as the overhead alone)
+        total = sum(self.count_message(m) for m in messages)
+        if self._overhead is None:
+            self._count(HumanMessage(content="."))  # measures it on a probe message
+        return self.request_overhead + total
 
 
 class CallableCounter(_CachedCounter):
@@ -447,36 +635,54 @@ class CallableCounter(_CachedCounter):
         return int(self.fn(message))
 
 
-CounterLike = TokenCounter | BaseLanguageModel[Any] | Callable[[BaseMessage], int] | str | None
+CounterLike = (
+    TokenCounter
+    | BaseLanguageModel[Any]
+    | Runnable[Any, Any]
+    | ModelTokenCounts
+    | Callable[[BaseMessage], int]
+    | str
+    | None
+)
 
 
 def as_counter(spec: CounterLike) -> TokenCounter:
     """Turn anything the API accepts as a counter into a :class:`TokenCounter`.
 
     * ``None`` or ``"approximate"``: :class:`ApproximateCounter`;
-    * a tiktoken encoding name (``"o200k_base"``) or an OpenAI model name (``"gpt-4o"``):
-      :class:`TiktokenCounter`;
-    * a LangChain chat model: :class:`ChatModelCounter`;
+    * a tiktoken encoding name (``"o200k_base"``) or an OpenAI model name tiktoken knows
+      (``"gpt-4o"``, ``"openai:gpt-4o"``): :class:`TiktokenCounter`. Any other string raises
+      ``ValueError`` listing what is accepted (a misspelt ``"aproximate"`` or a
+      ``"claude-..."`` name never silently becomes an OpenAI encoding);
+    * a LangChain chat model, also bound (``model.bind_tools(...)``, ``model.bind(...)``, a
+      ``RunnableBinding``, ``with_structured_output``), or anything with
+      ``get_num_tokens_from_messages``: :class:`ChatModelCounter`;
     * a callable ``(BaseMessage) -> int``: :class:`CallableCounter`;
     * anything implementing :class:`TokenCounter`: used as is.
     """
     if spec is None:
         return ApproximateCounter()
     if isinstance(spec, str):
-        if spec == "approximate":
+        if spec.strip().lower() == "approximate":
             return ApproximateCounter()
         import tiktoken
 
-        if spec in tiktoken.list_encoding_names():
-            return TiktokenCounter(model=None, encoding=spec)
+        encoding = tiktoken_encoding_for(spec)  # ValueError naming what is accepted
+        if spec.strip().lower() in tiktoken.list_encoding_names():
+            return TiktokenCounter(model=None, encoding=encoding)
         return TiktokenCounter(model=spec)
     if isinstance(spec, BaseLanguageModel):
         return ChatModelCounter(spec)
     if isinstance(spec, TokenCounter):
         return spec
+    if _model_inside(spec) is not None or callable(
+        getattr(spec, "get_num_tokens_from_messages", None)
+    ):
+        return ChatModelCounter(cast(Any, spec))
     if callable(spec):
         return CallableCounter(spec)
     raise TypeError(
-        f"cannot use {type(spec).__name__} as a token counter: pass a TokenCounter, a chat model, "
-        "a callable (BaseMessage) -> int, a model or encoding name, or 'approximate'"
+        f"cannot use {type(spec).__name__} as a token counter: pass a TokenCounter, a chat model "
+        "(or a runnable wrapping one, e.g. model.bind_tools(...)), a callable "
+        "(BaseMessage) -> int, a model or encoding name, or 'approximate'"
     )

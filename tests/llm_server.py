@@ -14,12 +14,21 @@ injects faults on demand from a queue consumed one per request::
 Fault kinds:
 
 * ``"ok"``: a normal answer (a placeholder, to fail a later request of the same call);
-* ``"429"``: a rate limit, with a ``retry-after`` header (``Fault.rate_limit(retry_after=0)``);
-* ``"500"``: a server error (``Fault.server_error(503)``, ``529`` for Anthropic's overloaded);
+* ``"429"``: a rate limit; ``Fault.rate_limit(retry_after=2, retry_after_ms=None)`` sets the
+  ``retry-after`` / ``retry-after-ms`` headers (a header is sent only when its value is not None);
+* ``"500"``: a server error (``Fault.server_error(503, retry_after=1)``, ``529`` for Anthropic's
+  overloaded), with the same optional headers;
 * ``"timeout"``: the handler sleeps longer than the client's timeout (``Fault.timeout(0.6)``);
+* ``"hang"``: the handler never answers (until the server stops): ``Fault.hang()``;
 * ``"malformed"``: a 200 answer whose body is not valid JSON;
+* ``"malformed_shape"``: a 200 answer that is valid JSON but not a completion (no choices/content);
+* ``"empty"``: a well-formed 200 answer whose text is empty;
 * ``"context_length"``: a 400 context-length error in each provider's error format;
 * ``"delay"``: a normal answer, late (``Fault.delay(0.8)``), e.g. to cancel a call meanwhile.
+
+Besides the queue, ``server.context_limit = N`` answers every request whose prompt is over about N
+tokens (4 characters a token) with the context-length 400, like a model with a small window.
+``server.count(...)`` counts the requests that reached the server (by provider or fault).
 
 Each provider gets its own error format (OpenAI ``{"error": {...}}``, Anthropic ``{"type": "error",
 "error": {...}}``); the fixtures ``llm_server`` and ``llm_server_b`` give a fresh server per test.
@@ -64,28 +73,63 @@ class Fault:
     kind: str
     #: seconds the handler waits before answering ("timeout", "delay")
     seconds: float = 0.0
-    #: the retry-after header of a 429
-    retry_after: float = 0
+    #: the retry-after header (seconds) of a "429" / "500"-kind answer; None: no header
+    retry_after: float | None = None
+    #: the retry-after-ms header (milliseconds, OpenAI's finer hint); None: no header
+    retry_after_ms: float | None = None
     #: the status of a "500"-kind fault (500, 502, 503, 529 ...)
     status: int = 500
 
-    KINDS = ("ok", "429", "500", "timeout", "malformed", "context_length", "delay")
+    KINDS = (
+        "ok",
+        "429",
+        "500",
+        "timeout",
+        "hang",
+        "malformed",
+        "malformed_shape",
+        "empty",
+        "context_length",
+        "delay",
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:
             raise ValueError(f"unknown fault {self.kind!r}; use one of {self.KINDS}")
 
     @classmethod
-    def rate_limit(cls, retry_after: float = 0) -> Fault:
-        return cls("429", retry_after=retry_after)
+    def rate_limit(
+        cls, retry_after: float | None = 0, retry_after_ms: float | None = None
+    ) -> Fault:
+        return cls("429", retry_after=retry_after, retry_after_ms=retry_after_ms)
 
     @classmethod
-    def server_error(cls, status: int = 500) -> Fault:
-        return cls("500", status=status)
+    def server_error(
+        cls,
+        status: int = 500,
+        retry_after: float | None = None,
+        retry_after_ms: float | None = None,
+    ) -> Fault:
+        return cls("500", status=status, retry_after=retry_after, retry_after_ms=retry_after_ms)
 
     @classmethod
     def timeout(cls, seconds: float = 0.6) -> Fault:
         return cls("timeout", seconds=seconds)
+
+    @classmethod
+    def hang(cls) -> Fault:
+        """No answer at all until the server stops (the client must give up on its own)."""
+        return cls("hang", seconds=3_600)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The retry hint headers this fault's answer carries."""
+        headers: dict[str, str] = {}
+        if self.retry_after is not None:
+            headers["retry-after"] = f"{self.retry_after:g}"
+        if self.retry_after_ms is not None:
+            headers["retry-after-ms"] = f"{self.retry_after_ms:g}"
+        return headers
 
     @classmethod
     def delay(cls, seconds: float) -> Fault:
@@ -196,6 +240,8 @@ class FakeLLMServer:
 
     def __init__(self, reply: ReplyFn | None = None) -> None:
         self.reply: ReplyFn = reply or echo_markers
+        #: answer prompts over about this many tokens with the context-length 400 (None: no limit)
+        self.context_limit: int | None = None
         self.requests: list[RecordedRequest] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
@@ -273,6 +319,17 @@ class FakeLLMServer:
         with self._lock:
             return [r for r in self.requests if r.fault in (None, "ok")]
 
+    def count(self, *, provider: str | None = None, fault: str | None = "any") -> int:
+        """How many requests reached the server: all of them, or those of one provider, or those
+        that got one fault (``fault=None``: the normal answers)."""
+        with self._lock:
+            return sum(
+                1
+                for r in self.requests
+                if (provider is None or r.provider == provider)
+                and (fault == "any" or r.fault == fault)
+            )
+
     def markers_seen(self) -> list[str]:
         """Every msg-N marker in the transcripts of all answered requests, in order."""
         return [m for r in self.answered() for m in r.markers]
@@ -283,6 +340,9 @@ class FakeLLMServer:
         with self._lock:
             self.requests.append(request)
             fault = self._faults.popleft() if self._faults else None
+            limit = self.context_limit
+            if fault is None and limit is not None and _rough_tokens(request.prompt) > limit:
+                fault = Fault("context_length")
             request.fault = fault.kind if fault else None
             self._serial += 1
             return fault
@@ -352,23 +412,24 @@ class _Handler(BaseHTTPRequestHandler):
             body=body if isinstance(body, dict) else None,
         )
         fault = owner._record(request)
-        if fault is not None and fault.kind in ("timeout", "delay"):
+        if fault is not None and fault.kind in ("timeout", "hang", "delay"):
             if owner._stopping.wait(fault.seconds):
                 self.close_connection = True
                 return
-            if fault.kind == "timeout":  # the client is gone by now; answer into the void
+            if fault.kind in ("timeout", "hang"):  # the client is gone by now; answer the void
                 self.close_connection = True
                 self._answer(request, provider)
                 return
         if fault is None or fault.kind in ("ok", "delay"):
             self._answer(request, provider)
             return
-        self._fault(fault, provider)
+        self._fault(fault, request, provider)
 
     # -- answers ---------------------------------------------------------------------------------
 
-    def _answer(self, request: RecordedRequest, provider: str) -> None:
-        text = self.owner.reply(request)
+    def _answer(self, request: RecordedRequest, provider: str, *, text: str | None = None) -> None:
+        if text is None:
+            text = self.owner.reply(request)
         request.reply = text
         serial = self.owner._next_id()
         body = request.body or {}
@@ -414,13 +475,19 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
 
-    def _fault(self, fault: Fault, provider: str) -> None:
+    def _fault(self, fault: Fault, request: RecordedRequest, provider: str) -> None:
         if fault.kind == "malformed":
             self._send(200, b'{"id": "chatcmpl-broken", "choices": [ {"message": ')
             return
+        if fault.kind == "malformed_shape":  # JSON, but not a completion of either API
+            self._json(200, {"id": "broken", "object": "nonsense", "detail": "upstream garbled"})
+            return
+        if fault.kind == "empty":
+            self._answer(request, provider, text="")
+            return
         openai = provider == "openai"
+        headers = fault.headers
         if fault.kind == "429":
-            headers = {"retry-after": str(fault.retry_after)}
             if openai:
                 error = {"message": "Rate limit reached", "type": "requests", "code": "rate_limit"}
                 self._json(429, {"error": error}, headers)
@@ -431,11 +498,11 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.kind == "500":
             if openai:
                 error = {"message": "The server had an error", "type": "server_error", "code": None}
-                self._json(fault.status, {"error": error})
+                self._json(fault.status, {"error": error}, headers)
             else:
                 kind = "overloaded_error" if fault.status == 529 else "api_error"
                 error = {"type": kind, "message": "Internal server error"}
-                self._json(fault.status, {"type": "error", "error": error})
+                self._json(fault.status, {"type": "error", "error": error}, headers)
             return
         if fault.kind == "context_length":
             if openai:

@@ -36,7 +36,10 @@ def test_demo_with_exact_tiktoken_counting(capsys: pytest.CaptureFixture[str]) -
 
 def test_demo_reports_configuration_errors_clearly(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--max-tokens", "100", "--target-tokens", "200"]) == 2
-    assert "error: target_tokens (200) must not exceed max_tokens (100)" in capsys.readouterr().err
+    assert (
+        "langmem-ext: error: --target-tokens must be between 1 and --max-tokens (100), got 200"
+        in capsys.readouterr().err
+    )
     assert main(["demo", "--messages", "1"]) == 0
     assert "no model calls" in capsys.readouterr().out
 

@@ -31,6 +31,8 @@ from langmem_ext import (
 from langmem_ext.retrieval import RETRIEVED_ID
 
 COUNTER = ApproximateCounter()
+#: an explicit memory key: Retrieval refuses a defaulted one (it would share memory)
+KEY = MemoryKey("acme", "ann", "chat")
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4
 
 
@@ -58,13 +60,15 @@ def dense_store(embed: Any) -> InMemoryStore:
 
 
 class CountingStore(InMemoryStore):
-    """Counts the items written."""
+    """Counts the turns written (not the change marks, see test_hardening_retrieval.py)."""
 
     puts: int = 0
 
     def batch(self, ops: Any) -> Any:
         ops = list(ops)
-        self.puts += sum(1 for op in ops if type(op).__name__ == "PutOp")
+        self.puts += sum(
+            1 for op in ops if type(op).__name__ == "PutOp" and op.namespace[1] == "turns"
+        )
         return super().batch(ops)
 
 
@@ -110,12 +114,12 @@ def context(result: Any) -> str:
 
 def test_every_evicted_turn_is_indexed_once_under_its_first_message_id() -> None:
     store = CountingStore()
-    strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+    strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25", key=KEY)
     history = conversation(30)
     result = run(strategy, history)
     shown = {m.id for m in result.messages}
     evicted_turns = [m.id for m in history if m.id not in shown and m.id.startswith("h")]
-    items = store.search(MemoryKey().namespace("turns"), limit=1_000)
+    items = store.search(KEY.namespace("turns"), limit=1_000)
     assert sorted(i.key for i in items) == sorted(evicted_turns)
     assert store.puts == len(evicted_turns)  # once each, never re-written
     seqs = sorted(i.value["seq"] for i in items)
@@ -128,7 +132,7 @@ def test_every_evicted_turn_is_indexed_once_under_its_first_message_id() -> None
 
 def test_a_tool_round_is_stored_with_its_turn_and_comes_back_whole() -> None:
     store = InMemoryStore()
-    strategy = Retrieval(TokenBudget(700), store=store, ranking="bm25", k=1)
+    strategy = Retrieval(TokenBudget(700), store=store, ranking="bm25", k=1, key=KEY)
     history: list[BaseMessage] = [
         HumanMessage("Where is order 8812?", id="h0"),
         AIMessage("", tool_calls=[{"name": "track", "args": {"id": "8812"}, "id": "c1"}], id="a0"),
@@ -149,7 +153,9 @@ def test_a_tool_round_is_stored_with_its_turn_and_comes_back_whole() -> None:
 
 @pytest.mark.parametrize("ranking", ["dense", "hybrid"])
 def test_a_paraphrased_question_brings_the_planted_fact_back(minilm: Any, ranking: str) -> None:
-    strategy = Retrieval(TokenBudget(1_500), store=dense_store(minilm), ranking=ranking, k=3)
+    strategy = Retrieval(
+        TokenBudget(1_500), store=dense_store(minilm), ranking=ranking, k=3, key=KEY
+    )
     history = conversation(40)
     result = ask(strategy, history, "What was the combination for my gym locker?")
     assert "4471" in context(result)
@@ -158,7 +164,9 @@ def test_a_paraphrased_question_brings_the_planted_fact_back(minilm: Any, rankin
 
 
 def test_the_context_message_is_late_marked_and_within_the_budget(minilm: Any) -> None:
-    strategy = Retrieval(TokenBudget(1_500), store=dense_store(minilm), max_tokens=300)
+    strategy = Retrieval(
+        TokenBudget(1_500), store=dense_store(minilm), max_retrieved_tokens=300, key=KEY
+    )
     history = conversation(40)
     result = ask(strategy, history, "Any food allergies I told you about?")
     ids = [m.id for m in result.messages]
@@ -185,8 +193,9 @@ def test_neighbours_only_fill_what_the_results_leave() -> None:
             store=InMemoryStore(),
             ranking="bm25",
             k=4,
-            max_tokens=800,
+            max_retrieved_tokens=800,
             neighbors=neighbors,
+            key=KEY,
         )
         picked[neighbors] = ask(strategy, history, "locker code, peanuts, Anna and topic 20?")
     assert picked[0].report.retrieved == picked[1].report.retrieved
@@ -207,7 +216,7 @@ def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
     dense = turns("fact", *(f"d{i}" for i in range(9)), "both")
     lexical = turns(*(f"b{i}" for i in range(3)), "both", *(f"x{i}" for i in range(6)))
     for kwargs, first in (({}, "fact"), ({"rrf_k": 60, "dense_weight": 1.0}, "both")):
-        strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=1, **kwargs)
+        strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=1, **kwargs, key=KEY)
         picked = strategy._fuse([(strategy.dense_weight, dense), (1.0, lexical)], [], [])
         assert [c.uid for c in picked] == [first]
 
@@ -215,29 +224,28 @@ def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
 def test_turns_in_the_view_do_not_take_a_rank_in_the_fusion() -> None:
     from langmem_ext.retrieval import _Candidate
 
-    view = [HumanMessage("shown", id="v1")]
     dense = [
         _Candidate(uid="v", text="v", kind="turn", seq=0, ids=("v1",)),
         _Candidate(uid="a", text="a", kind="turn", seq=1, ids=("a1",)),
     ]
     lexical = [_Candidate(uid="b", text="b", kind="turn", seq=2, ids=("b1",))]
-    strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=2, dense_weight=1.0)
-    picked = strategy._fuse([(1.0, dense), (1.0, lexical)], [], view)
+    strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=2, dense_weight=1.0, key=KEY)
+    picked = strategy._fuse([(1.0, dense), (1.0, lexical)], [], {"v1"})
     # "a" is the dense first place once "v" (shown) is set aside: it ties with "b", and
     # ties keep the order of first appearance
     assert [c.uid for c in picked] == ["a", "b"]
 
 
 def test_short_queries_are_not_searched_and_nothing_evicted_means_no_context() -> None:
-    strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), ranking="bm25")
+    strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), ranking="bm25", key=KEY)
     history = conversation(30)
     assert context(ask(strategy, history, "ok thanks")) == ""
-    fresh = Retrieval(TokenBudget(50_000), store=InMemoryStore(), ranking="bm25")
+    fresh = Retrieval(TokenBudget(50_000), store=InMemoryStore(), ranking="bm25", key=KEY)
     assert context(ask(fresh, conversation(5), "what was my locker code?")) == ""
 
 
 def test_the_prefix_is_stable_only_the_late_context_changes() -> None:
-    strategy = Retrieval(TokenBudget(2_000, target_tokens=1_400), store=InMemoryStore())
+    strategy = Retrieval(TokenBudget(2_000, target_tokens=1_400), store=InMemoryStore(), key=KEY)
     history = conversation(40)
     state = run(strategy, history).state
     first = strategy.apply([*history, HumanMessage("my locker code please", id="q1")], state)
@@ -298,9 +306,10 @@ def test_sources_are_searched_deduped_and_a_failing_or_slow_one_never_breaks_the
         sources=[good, vectors, slow, broken],
         source_timeout=0.3,
         source_k=5,
+        key=KEY,
     )
     history = conversation(6)
-    state = run(Retrieval(TokenBudget(1_500), store=store), history).state
+    state = run(Retrieval(TokenBudget(1_500), store=store, key=KEY), history).state
     question = HumanMessage("what is your returns policy for orders?", id="q")
     result = strategy.apply([*history, question], state)
     assert not finished.is_set()  # the turn did not wait for the slow source
@@ -397,10 +406,10 @@ def test_a_new_process_rebuilds_bm25_from_a_persistent_store(tmp_path: Any) -> N
     path = str(tmp_path / "turns.sqlite")
     with SqliteStore.from_conn_string(path) as store:
         store.setup()
-        first = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+        first = Retrieval(TokenBudget(900), store=store, ranking="bm25", key=KEY)
         state = run(first, conversation(30)).state
     with SqliteStore.from_conn_string(path) as store:  # a new store and a new strategy
-        second = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+        second = Retrieval(TokenBudget(900), store=store, ranking="bm25", key=KEY)
         result = second.apply(
             [*conversation(30), HumanMessage("remind me of my gym locker code", id="q")],
             MemoryState.from_dict(state.to_dict()),
@@ -414,10 +423,10 @@ def test_postgres_store_holds_the_index_bookkeeping(pg_schema_dsn: str) -> None:
 
     with PostgresStore.from_conn_string(pg_schema_dsn) as store:
         store.setup()
-        strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25")
+        strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25", key=KEY)
         result = ask(strategy, conversation(30), "remind me of my gym locker code")
         assert "4471" in context(result)
-        items = store.search(MemoryKey().namespace("turns"), limit=1_000)
+        items = store.search(KEY.namespace("turns"), limit=1_000)
         assert len(items) == result.state.indexed_turns > 0
 
 
@@ -495,7 +504,7 @@ def test_inside_managed_chat_message_history() -> None:
 def test_identical_turns_leaving_together_are_indexed(minilm: Any) -> None:
     """InMemoryStore.batch fails on a batch embedding one text twice (langgraph#8822)."""
     store = dense_store(minilm)
-    strategy = Retrieval(TokenBudget(700), store=store, k=2, max_tokens=200)
+    strategy = Retrieval(TokenBudget(700), store=store, k=2, max_retrieved_tokens=200, key=KEY)
     history: list[BaseMessage] = []
     for i in range(12):
         history += [HumanMessage("ok thanks", id=f"h{i}"), AIMessage("you're welcome", id=f"a{i}")]
@@ -504,5 +513,5 @@ def test_identical_turns_leaving_together_are_indexed(minilm: Any) -> None:
     result = strategy.apply(history)  # several identical turns leave at once
     left = [m.id for m in history[:24:2] if m.id not in {v.id for v in result.messages}]
     assert result.report.indexed == len(left) >= 2
-    stored = store.search(MemoryKey().namespace("turns"), limit=100)
+    stored = store.search(KEY.namespace("turns"), limit=100)
     assert sorted(i.key for i in stored) == sorted(left)
