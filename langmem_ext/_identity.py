@@ -141,8 +141,24 @@ _CHAIN_MEMO: OrderedDict[tuple[str, int], str] = OrderedDict()
 _CHAIN_MEMO_SIZE = 200_000
 
 
+#: the same message object after the same key has the same key, as a message with an id keeps
+#: its id: this skips the fingerprint for a history passed again (the list an app appends to)
+_OBJECT_MEMO: OrderedDict[int, tuple[BaseMessage, str, str]] = OrderedDict()
+
+
 def _chained(previous: str, message: BaseMessage) -> str:
     """The key of an id-less message that follows a message keyed ``previous``."""
+    seen = _OBJECT_MEMO.get(id(message))
+    if seen is not None and seen[0] is message and seen[1] == previous:
+        return seen[2]
+    key = _chained_by_content(previous, message)
+    _OBJECT_MEMO[id(message)] = (message, previous, key)  # holds the message: ids are not reused
+    if len(_OBJECT_MEMO) > _CHAIN_MEMO_SIZE:
+        _OBJECT_MEMO.popitem(last=False)
+    return key
+
+
+def _chained_by_content(previous: str, message: BaseMessage) -> str:
     memo_key = (previous, fingerprint(message))
     found = _CHAIN_MEMO.get(memo_key)
     if found is not None:
