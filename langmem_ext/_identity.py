@@ -171,6 +171,13 @@ def _chained_by_content(previous: str, message: BaseMessage) -> str:
     return key
 
 
+def _leads_as_system(message: BaseMessage) -> bool:
+    # messages.is_system, which this module cannot import (messages imports it)
+    return isinstance(message, SystemMessage) or (
+        isinstance(message, ChatMessage) and message.role.lower() in ("system", "developer")
+    )
+
+
 class KeyChain:
     """:func:`key_at` over one history, computing each id-less run once however many positions
     are asked for (a plan asks for several anchors per turn).
@@ -196,7 +203,7 @@ class KeyChain:
         found = known.get(index)
         if found is not None:
             return found
-        barrier = 0 if messages and isinstance(messages[0], SystemMessage) else -1
+        barrier = 0 if messages and _leads_as_system(messages[0]) else -1
         j = index - 1  # back to the nearest position whose key is known or is an id
         while j > barrier and not messages[j].id and j not in known:
             j -= 1
