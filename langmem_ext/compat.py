@@ -9,7 +9,9 @@ chains. This class has the same fields, methods and outputs (same model, same co
   per read (``SQLChatMessageHistory``, Redis, Postgres ...) that pops from a copy: nothing leaves
   the buffer, the same old messages are summarized again on every turn and the buffer grows
   without bound. Here the pruned prefix is tracked by a *watermark*: the number of pruned
-  messages plus the stable key (id, or a content digest) of the last one. The backing history
+  messages plus the position-safe key of the last one (its id, or for the id-less messages
+  ``save_context`` writes, a digest chained over its content and everything before it, so a
+  repeated "continue" or "Sure." is never taken for an earlier one). The backing history
   keeps every message (nothing is deleted, which a crash between "clear" and "re-add" could
   otherwise lose); the buffer is what comes after the watermark; the watermark moves only after
   the summarizer succeeded, so each message is summarized exactly once. Without a ``store`` the
@@ -49,16 +51,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.callbacks import BaseCallbackManager, Callbacks
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages import get_buffer_string as _get_buffer_string
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate, PromptTemplate
+from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from langmem_ext._identity import stable_key
+from langmem_ext._identity import KeyChain, stable_key
 from langmem_ext.errors import LangmemExtError
 from langmem_ext.keys import MemoryKey
 from langmem_ext.tokens import ChatModelCounter, TokenCounter, as_counter
@@ -121,7 +125,12 @@ SUMMARY_PROMPT = PromptTemplate(
 
 #: where the state lives in the store: ``key.namespace(STORE_KIND)``, item key ``memory_key``
 STORE_KIND = "summary_buffer"
-STATE_VERSION = 1
+#: 2: ``last_pruned_key`` is position-safe (``_identity.key_at``) and ``last_pruned_window``
+#: holds the content keys of the last pruned messages; 1: ``last_pruned_key`` was a content key
+STATE_VERSION = 2
+#: how many of the last pruned messages' content keys the watermark keeps, to find the last one
+#: again (among repeated texts) when messages before it were deleted
+WINDOW = 8
 
 
 class StoredStateError(LangmemExtError, ValueError):
@@ -148,13 +157,19 @@ class SummaryBufferState:
     """What the memory remembers besides the history: JSON-serializable, versioned.
 
     ``pruned`` messages at the start of the history are folded into ``summary``;
-    ``last_pruned_key`` is the stable key (id, or ``"fp:"`` plus a content digest) of the last of
-    them, which is how a history rewritten underneath us is noticed.
+    ``last_pruned_key`` is the position-safe key of the last of them (its id, or a digest chained
+    over the id-less messages up to it: see ``langmem_ext._identity.key_at``), which is how a
+    history rewritten underneath us is noticed. ``last_pruned_window`` holds the content keys
+    of the last (up to ``WINDOW``) pruned messages, oldest first: when messages before the
+    watermark were deleted, the chained key changes, and the window finds the last pruned
+    message again by its content *and* the messages before it (a repeated "Sure." alone is
+    not enough). Version 1 states (a content key, no window) are read and upgraded.
     """
 
     summary: str = ""
     pruned: int = 0
     last_pruned_key: str | None = None
+    last_pruned_window: tuple[str, ...] = ()
     version: int = STATE_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +178,7 @@ class SummaryBufferState:
             "summary": self.summary,
             "pruned": self.pruned,
             "last_pruned_key": self.last_pruned_key,
+            "last_pruned_window": list(self.last_pruned_window),
         }
 
     @classmethod
@@ -178,6 +194,7 @@ class SummaryBufferState:
                 f"reads up to {STATE_VERSION}); upgrade langmem_ext"
             )
         summary, pruned, key = data.get("summary"), data.get("pruned"), data.get("last_pruned_key")
+        window = data.get("last_pruned_window", [])
         if (
             not isinstance(summary, str)
             or not isinstance(pruned, int)
@@ -185,36 +202,94 @@ class SummaryBufferState:
             or pruned < 0
             or not (key is None or isinstance(key, str))
             or (pruned > 0 and key is None)
+            or not isinstance(window, list)
+            or not all(isinstance(k, str) for k in window)
         ):
             raise StoredStateError(
                 f"{where} is not a valid ConversationSummaryBufferMemory state: {data!r}"
             )
-        return cls(summary=summary, pruned=pruned, last_pruned_key=key, version=version)
+        return cls(
+            summary=summary,
+            pruned=pruned,
+            last_pruned_key=key,
+            last_pruned_window=tuple(window),
+            version=version,
+        )
 
 
 # --------------------------------------------------------------------------------------------
 # the plan: pure functions shared by the sync and the async drivers
 
 
+def _window(messages: Sequence[BaseMessage], end: int) -> tuple[str, ...]:
+    """The content keys of the (up to ``WINDOW``) messages before ``end``, oldest first."""
+    return tuple(stable_key(m) for m in messages[max(0, end - WINDOW) : end])
+
+
+def _watermark(
+    state: SummaryBufferState, messages: Sequence[BaseMessage], end: int
+) -> SummaryBufferState:
+    """``state`` with the watermark after ``messages[:end]`` (current version)."""
+    if end == 0:
+        return replace(
+            state, pruned=0, last_pruned_key=None, last_pruned_window=(), version=STATE_VERSION
+        )
+    return replace(
+        state,
+        pruned=end,
+        last_pruned_key=KeyChain(messages)(end - 1),
+        last_pruned_window=_window(messages, end),
+        version=STATE_VERSION,
+    )
+
+
 def _resolve_start(messages: Sequence[BaseMessage], state: SummaryBufferState) -> tuple[int, bool]:
     """Where the buffer starts in ``messages``, and whether the history was rewritten.
 
-    The watermark holds when the message at ``pruned - 1`` has the recorded key. Otherwise the
-    last pruned message is searched for, nearest to where it was (backwards first: messages
-    removed before it are the usual rewrite); if it is gone, the buffer is the whole history.
+    The watermark holds when the message at ``pruned - 1`` has the recorded position-safe key:
+    the same message after the same history, however often its text repeats. Otherwise the
+    history was rewritten underneath us and the last pruned message is searched for:
+
+    1. by its position-safe key (messages after it changed, or the chain restarts at an id
+       after the change): exact;
+    2. by content, among the positions whose preceding messages match the stored window best
+       (messages before it were deleted, which changes every chained key after them). A tie
+       between equally good positions (a history of identical turns) resolves to the earliest:
+       a few messages may be summarized again, but none is skipped.
+
+    If it is gone, the buffer is the whole history.
     """
     n, key = state.pruned, state.last_pruned_key
-    if n == 0:
+    if n == 0 or key is None:
         return 0, False
-    if n <= len(messages) and stable_key(messages[n - 1]) == key:
+    if state.version < 2:  # a content key (version 1): the best a v1 state allows
+        if n <= len(messages) and stable_key(messages[n - 1]) == key:
+            return n, False
+        return _by_window(messages, (key,), n)
+    keys = KeyChain(messages)
+    if n <= len(messages) and keys(n - 1) == key:
         return n, False
-    for i in range(min(n, len(messages)) - 1, -1, -1):
-        if stable_key(messages[i]) == key:
+    nearest = sorted(range(len(messages)), key=lambda i: (abs(i - (n - 1)), i))
+    for i in nearest:
+        if keys(i) == key:
             return i + 1, True
-    for i in range(n, len(messages)):
-        if stable_key(messages[i]) == key:
-            return i + 1, True
-    return 0, True
+    return _by_window(messages, state.last_pruned_window, n)
+
+
+def _by_window(messages: Sequence[BaseMessage], window: Sequence[str], n: int) -> tuple[int, bool]:
+    if not window:
+        return 0, True
+    content = [stable_key(m) for m in messages]
+    best, found = 0, 0
+    for i, k in enumerate(content):
+        if k != window[-1]:
+            continue
+        match = 1
+        while match < len(window) and i - match >= 0 and content[i - match] == window[-1 - match]:
+            match += 1
+        if match > best:  # strictly better only: ties keep the earliest
+            best, found = match, i + 1
+    return found, True
 
 
 def _batches(counts: Sequence[int], batch_tokens: int | None) -> list[int]:
@@ -351,6 +426,13 @@ class ConversationSummaryBufferMemory(_MemoryBase):
     * ``delete_pruned``: remove pruned messages from an ``InMemoryChatMessageHistory``, as legacy
       does, instead of keeping them behind the watermark.
 
+    Chain fields that legacy code often passes to the memory as well (``verbose``, ``callbacks``,
+    ``callback_manager``, ``tags``, ``metadata``, ``name``) are accepted, as legacy accepts them
+    (it ignores every unknown argument). ``callbacks`` (or the deprecated ``callback_manager``),
+    ``tags`` and ``metadata`` are passed to the summarizer call, so a tracer sees it; legacy
+    drops them. ``verbose`` and ``name`` change nothing, as in legacy. Any other unknown argument
+    is an error (a typo such as ``max_tokens_limit`` would otherwise silently use the default).
+
     Example:
         >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
         >>> llm = FakeListChatModel(responses=["They said hi."], custom_get_token_ids=str.split)
@@ -382,6 +464,13 @@ class ConversationSummaryBufferMemory(_MemoryBase):
     """A ``CounterLike`` (langmem_ext.tokens.as_counter): None counts with ``llm``."""
     summarize_batch_tokens: int | None = None
     delete_pruned: bool = False
+    # chain fields legacy users pass to the memory too (legacy ignores them; see the docstring)
+    name: str | None = None
+    verbose: bool = False
+    callbacks: Callbacks = Field(default=None, exclude=True)
+    callback_manager: BaseCallbackManager | None = Field(default=None, exclude=True)
+    tags: list[str] | None = None
+    metadata: dict[str, Any] | None = None
 
     _state: SummaryBufferState = PrivateAttr(default_factory=SummaryBufferState)
     _edited: bool = PrivateAttr(default=False)
@@ -528,7 +617,9 @@ class ConversationSummaryBufferMemory(_MemoryBase):
             messages, human_prefix=self.human_prefix, ai_prefix=self.ai_prefix
         )
         chain = self.prompt | self.llm | StrOutputParser()
-        return chain.invoke({"summary": existing_summary, "new_lines": new_lines})
+        return chain.invoke(
+            {"summary": existing_summary, "new_lines": new_lines}, self._run_config()
+        )
 
     async def apredict_new_summary(self, messages: list[BaseMessage], existing_summary: str) -> str:
         """Predict a new summary based on the messages and existing summary."""
@@ -536,7 +627,24 @@ class ConversationSummaryBufferMemory(_MemoryBase):
             messages, human_prefix=self.human_prefix, ai_prefix=self.ai_prefix
         )
         chain = self.prompt | self.llm | StrOutputParser()
-        return await chain.ainvoke({"summary": existing_summary, "new_lines": new_lines})
+        return await chain.ainvoke(
+            {"summary": existing_summary, "new_lines": new_lines}, self._run_config()
+        )
+
+    def _run_config(self) -> RunnableConfig | None:
+        """The summarizer call's config: the memory's callbacks, tags and metadata, if any."""
+        config: RunnableConfig = {}
+        callbacks = self.callbacks
+        if callbacks is None and self.callback_manager is not None:
+            # its own handlers (a manager passed as callbacks only hands on inheritable ones)
+            callbacks = list(self.callback_manager.handlers)
+        if callbacks is not None:
+            config["callbacks"] = callbacks
+        if self.tags:
+            config["tags"] = list(self.tags)
+        if self.metadata:
+            config["metadata"] = dict(self.metadata)
+        return config or None
 
     # ---------------------------------------------------------------------------------------
     # drivers: the same plan, sync and async I/O
@@ -605,9 +713,7 @@ class ConversationSummaryBufferMemory(_MemoryBase):
             # the watermark is always 0 here: the history starts with the ``size`` messages just
             # folded, deleted in place once the state is written (see _apply_delete)
             return SummaryBufferState(summary=summary, pruned=size, last_pruned_key=None)
-        return SummaryBufferState(
-            summary=summary, pruned=end, last_pruned_key=stable_key(messages[end - 1])
-        )
+        return _watermark(SummaryBufferState(summary=summary), messages, end)
 
     def _apply_delete(self, state: SummaryBufferState) -> SummaryBufferState:
         if not self.delete_pruned or state.pruned == 0:
@@ -615,15 +721,15 @@ class ConversationSummaryBufferMemory(_MemoryBase):
         history = self.chat_memory
         assert isinstance(history, InMemoryChatMessageHistory)
         del history.messages[: state.pruned]
-        return replace(state, pruned=0, last_pruned_key=None)
+        return replace(state, pruned=0, last_pruned_key=None, last_pruned_window=())
 
     def _commit(self, state: SummaryBufferState) -> None:
-        stored = replace(state, pruned=0, last_pruned_key=None) if self.delete_pruned else state
+        stored = _watermark(state, (), 0) if self.delete_pruned else state
         self._put(stored)
         self._set_state(self._apply_delete(state))
 
     async def _acommit(self, state: SummaryBufferState) -> None:
-        stored = replace(state, pruned=0, last_pruned_key=None) if self.delete_pruned else state
+        stored = _watermark(state, (), 0) if self.delete_pruned else state
         await self._aput(stored)
         self._set_state(self._apply_delete(state))
 
@@ -716,11 +822,7 @@ class ConversationSummaryBufferMemory(_MemoryBase):
                 HistoryRewrittenWarning,
                 stacklevel=3,
             )
-            self._state = replace(
-                self._state,
-                pruned=start,
-                last_pruned_key=stable_key(messages[start - 1]) if start else None,
-            )
+            self._state = _watermark(self._state, messages, start)
             self._moved = True
         return start
 

@@ -44,6 +44,7 @@ from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 from typing_extensions import NotRequired, TypedDict
 
+from langmem_ext._identity import KeyChain
 from langmem_ext.engine import Strategy
 from langmem_ext.errors import LangmemExtError
 from langmem_ext.keys import MemoryKey
@@ -305,15 +306,27 @@ def removals(
     # Retrieval indexes evicted messages before they can be removed: move its watermark with
     # them (0: nothing after the removed ones is indexed yet; the turn count carries on)
     indexed = state.indexed - len(gone) if state.indexed > body_start + len(gone) else 0
+    # keys of id-less messages are chained over their predecessors: anchor the rebased state to
+    # the history as it will be once the removed messages are gone
+    kept = [*messages[:body_start], *messages[body_start + len(gone) :]]
+    keys = KeyChain(kept)
+    seen = state.seen - len(gone)
+    cut_index = None if state.cut_index is None else state.cut_index - len(gone)
     return [str(m.id) for m in gone], replace(
         state,
-        seen=state.seen - len(gone),
+        seen=seen,
         seen_tokens=state.seen_tokens - removed_tokens,
+        seen_key=keys(seen - 1) if 0 < seen <= len(kept) else state.seen_key,
         folded=0,
         folded_key=None,
         folded_tokens=0,
-        cut_index=None if state.cut_index is None else state.cut_index - len(gone),
+        cut_index=cut_index,
+        cut_key=(
+            keys(cut_index)
+            if cut_index is not None and 0 <= cut_index < len(kept)
+            else state.cut_key
+        ),
         clipped=max(state.clipped - len(gone), 0),
         indexed=indexed,
-        indexed_key=state.indexed_key if indexed else None,
+        indexed_key=keys(indexed - 1) if 0 < indexed <= len(kept) else None,
     )

@@ -25,25 +25,77 @@ were folded into the summary are removed from it after the fold succeeded (see
 :meth:`ManagedChatMessageHistory.add_messages` for the order of the steps and what a crash in
 between leaves behind).
 
-Concurrency: there is no lock. Two writers adding to the same key at the same time can each
-store a state computed without the other's messages; the next write notices (the history is not
-the one the state was computed on) and recounts, but a fold of one of them may be lost. Serialize
-writes per key (one conversation is normally one request at a time).
+Keys: the state of a history is keyed by its :class:`~langmem_ext.keys.MemoryKey`. With a
+``store``, a history whose session fell back to ``"default"`` (no ``key=``, and no
+``session_id``/``thread_id`` in ``config``) is refused with
+:class:`~langmem_ext.keys.MissingKeyError` unless ``shared_default=True``: key-less histories
+over one store would all read and write one summary.
+
+``add_messages`` refuses a ``RemoveMessage`` (:class:`~langmem_ext.errors.InvalidHistoryError`,
+a ``ValueError``, before anything is written): a chat history stores messages, and a stored
+removal would reach the model as a message.
+
+Concurrency: every write of one key runs alone. ``add_messages`` / ``aadd_messages`` / ``clear``
+take a per-key lock for the whole append-apply-store-prune sequence (and reads take it to read
+the backing history and the state together, so they never see a prune half done):
+
+* in process, a ``threading.Lock`` (and an ``asyncio.Lock`` per event loop) keyed by the
+  key's namespace and the store (its SQLite file or PostgreSQL connection when it has one);
+* across processes on PostgreSQL, when the store is a ``PostgresStore`` /
+  ``AsyncPostgresStore`` (or, with another store, the backing history is langchain-postgres'
+  ``PostgresChatMessageHistory``): a session advisory lock on a 64-bit hash of the namespace,
+  taken on that connection with ``pg_try_advisory_lock`` (polled, so a waiting writer never
+  blocks the connection for others) and released at the end, or by the server when the
+  process dies;
+* across processes on SQLite, when the store is a ``SqliteStore`` / ``AsyncSqliteStore`` on a
+  file: a POSIX record lock on one byte (per key) of ``<store file>.langmem-ext.lock``, released
+  by the kernel when the process dies (not on Windows).
+
+Other stores (``InMemoryStore`` is per process anyway; Redis ...) get the in-process lock only:
+serialize writers of one key across processes yourself there. Holding the lock spans the
+summarizer call, so a second writer of the *same* key waits for it; different keys never wait
+for each other.
+
+Cancellation: ``aadd_messages`` can be cancelled (``asyncio.wait_for`` timing out) while it
+waits for the lock or for the summarizer, and nothing is lost (the appended messages are
+folded by the next write). Once it writes (appending, storing the state, pruning) the writing
+is shielded and runs to the end before the ``CancelledError`` propagates: a cancellation never
+leaves a backing history cleared and not re-filled.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import hashlib
+import os
+import sqlite3
+import sys
+import threading
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import weakref
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
+from langmem_ext._identity import KeyChain
 from langmem_ext.engine import Strategy
-from langmem_ext.errors import MemoryBudgetExceeded
+from langmem_ext.errors import InvalidHistoryError, MemoryBudgetExceeded
 from langmem_ext.graph import removals
 from langmem_ext.keys import MemoryKey
 from langmem_ext.state import MemoryState
@@ -54,10 +106,305 @@ __all__ = ["STATE_ITEM", "ManagedChatMessageHistory"]
 STATE_ITEM = "state"
 
 IdFactory = Callable[[BaseMessage], str]
+T = TypeVar("T")
 
 
 def _uuid_id(_message: BaseMessage) -> str:
     return str(uuid.uuid4())
+
+
+# -- per-key write locks ----------------------------------------------------------------------
+
+
+class _KeyLock:
+    """The in-process lock of one (store, namespace): a ``threading.Lock`` for every writer, and
+    one ``asyncio.Lock`` per event loop so that tasks of one loop queue without polling."""
+
+    __slots__ = ("__weakref__", "_loops", "holder", "thread")
+
+    def __init__(self) -> None:
+        self.thread = threading.Lock()
+        #: the thread that holds ``thread`` (an async writer holds it across awaits)
+        self.holder: int | None = None
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def for_running_loop(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        with _REGISTRY_LOCK:
+            lock = self._loops.get(loop)
+            if lock is None:
+                lock = self._loops[loop] = asyncio.Lock()
+            return lock
+
+
+# Entries live while a writer holds them (weak values): a history that is being written keeps its
+# store (and connection) alive, so the ``id()`` in the key is never reused while it is there.
+_REGISTRY: weakref.WeakValueDictionary[tuple[Hashable, tuple[str, ...]], _KeyLock] = (
+    weakref.WeakValueDictionary()
+)
+_REGISTRY_LOCK = threading.Lock()
+_POLL_FIRST, _POLL_MAX = 0.001, 0.05
+
+
+def _key_lock(owner: Hashable, namespace: tuple[str, ...]) -> _KeyLock:
+    with _REGISTRY_LOCK:
+        entry = _REGISTRY.get((owner, namespace))
+        if entry is None:
+            entry = _KeyLock()
+            _REGISTRY[(owner, namespace)] = entry
+        return entry
+
+
+def _advisory_key(namespace: tuple[str, ...]) -> int:
+    """A signed 64-bit PostgreSQL advisory-lock key for ``namespace`` (stable across processes)."""
+    text = "\x1f".join(("langmem_ext.history.write", *namespace)).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
+
+
+def _pg_connection(store: BaseStore, history: BaseChatMessageHistory, *, sync: bool) -> Any:
+    """The PostgreSQL connection (or pool) whose session takes the cross-process lock, or None.
+
+    The store's when it is a (sync or async) ``PostgresStore``, else the backing history's when
+    it is langchain-postgres' ``PostgresChatMessageHistory``. Only a connection of the right kind
+    for the caller (sync or async) is usable.
+    """
+    candidates: list[Any] = []
+    module = type(store).__module__
+    if module.startswith("langgraph.store.postgres"):
+        candidates.append(getattr(store, "conn", None))
+    if type(history).__module__.startswith("langchain_postgres"):
+        candidates.append(getattr(history, "_connection" if sync else "_aconnection", None))
+    for conn in candidates:
+        if conn is None:
+            continue
+        if _is_async_pg(conn) != sync:
+            return conn
+    return None
+
+
+def _is_async_pg(conn: Any) -> bool:
+    import psycopg
+
+    if isinstance(conn, psycopg.AsyncConnection):
+        return True
+    if isinstance(conn, psycopg.Connection):
+        return False
+    try:
+        from psycopg_pool import AsyncConnectionPool
+    except ImportError:  # pragma: no cover - psycopg_pool ships with langgraph's postgres store
+        return False
+    return isinstance(conn, AsyncConnectionPool)
+
+
+def _is_sqlite_store(store: BaseStore) -> bool:
+    return type(store).__module__.startswith("langgraph.store.sqlite")
+
+
+def _main_file(rows: Sequence[Sequence[Any]]) -> str | None:
+    """The file of the ``main`` database in ``PRAGMA database_list`` rows (None: in memory)."""
+    for row in rows:
+        if row[1] == "main" and row[2]:
+            return os.path.realpath(str(row[2]))
+    return None
+
+
+def _sqlite_file(store: BaseStore) -> str | None:
+    """The database file of a ``SqliteStore`` (None: not one, or an in-memory database)."""
+    conn = getattr(store, "conn", None)
+    if not _is_sqlite_store(store) or not isinstance(conn, sqlite3.Connection):
+        return None
+    with store.lock:  # type: ignore[attr-defined]  # the store's own connection lock
+        return _main_file(conn.execute("PRAGMA database_list").fetchall())
+
+
+async def _asqlite_file(store: BaseStore) -> str | None:
+    """The database file of an ``AsyncSqliteStore`` (None: not one, or in memory)."""
+    conn = getattr(store, "conn", None)
+    if not _is_sqlite_store(store) or conn is None or isinstance(conn, sqlite3.Connection):
+        return None
+    async with store.lock, conn.execute("PRAGMA database_list") as cursor:  # type: ignore[attr-defined]
+        return _main_file(list(await cursor.fetchall()))
+
+
+# One descriptor per lock file, open for the life of the process: POSIX record locks belong to
+# the process, and closing *any* descriptor of the file would release all of them.
+_LOCK_FILES: dict[str, int] = {}
+
+
+def _lock_file(database: str) -> int | None:
+    if sys.platform == "win32":  # no fcntl: in-process lock only
+        return None
+    with _REGISTRY_LOCK:
+        fd = _LOCK_FILES.get(database)
+        if fd is None:
+            fd = os.open(database + ".langmem-ext.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            _LOCK_FILES[database] = fd
+        return fd
+
+
+def _try_file_lock(fd: int, offset: int, *, unlock: bool = False) -> bool:
+    """Lock (or unlock) one byte at ``offset`` of the lock file, without waiting."""
+    if sys.platform == "win32":  # pragma: no cover - _lock_file gave no descriptor
+        return True
+    import fcntl
+
+    if unlock:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+        return True
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EAGAIN):
+            return False
+        raise
+    return True
+
+
+def _file_offset(namespace: tuple[str, ...]) -> int:
+    return _advisory_key(namespace) & 0x7FFF_FFFF
+
+
+@contextmanager
+def _file_lock(database: str, namespace: tuple[str, ...]) -> Iterator[None]:
+    """Across processes on one SQLite file: a POSIX record lock on a byte of a lock file next
+    to it (one byte per key). Released by the kernel when the process dies."""
+    fd = _lock_file(database)
+    if fd is None:
+        yield
+        return
+    offset, delay = _file_offset(namespace), _POLL_FIRST
+    while not _try_file_lock(fd, offset):
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL_MAX)
+    try:
+        yield
+    finally:
+        _try_file_lock(fd, offset, unlock=True)
+
+
+@asynccontextmanager
+async def _afile_lock(database: str, namespace: tuple[str, ...]) -> AsyncIterator[None]:
+    fd = _lock_file(database)
+    if fd is None:
+        yield
+        return
+    offset, delay = _file_offset(namespace), _POLL_FIRST
+    while not _try_file_lock(fd, offset):  # a non-blocking call: nothing to shield
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _POLL_MAX)
+    try:
+        yield
+    finally:
+        _try_file_lock(fd, offset, unlock=True)
+
+
+_TRY_LOCK = "SELECT pg_try_advisory_lock(%s)"
+_UNLOCK = "SELECT pg_advisory_unlock(%s)"
+
+
+def _pg_query(conn: Any, sql: str, key: int) -> bool:
+    """Run a one-value advisory-lock query without leaving a transaction open that was not."""
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import tuple_row
+
+    idle = conn.info.transaction_status == TransactionStatus.IDLE
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(sql, (key,))
+        row = cursor.fetchone()
+    if idle and not conn.autocommit:
+        conn.commit()
+    return bool(row and row[0])
+
+
+async def _apg_query(conn: Any, sql: str, key: int) -> bool:
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import tuple_row
+
+    idle = conn.info.transaction_status == TransactionStatus.IDLE
+    async with conn.cursor(row_factory=tuple_row) as cursor:
+        await cursor.execute(sql, (key,))
+        row = await cursor.fetchone()
+    if idle and not conn.autocommit:
+        await conn.commit()
+    return bool(row and row[0])
+
+
+@contextmanager
+def _pg_lock(conn: Any, key: int) -> Iterator[None]:
+    """Hold the session advisory lock ``key`` on ``conn`` (a connection or a pool)."""
+    import psycopg
+
+    if not isinstance(conn, psycopg.Connection):  # a pool: hold one connection throughout
+        with conn.connection() as held, _pg_lock(held, key):
+            yield
+        return
+    delay = _POLL_FIRST
+    while not _pg_query(conn, _TRY_LOCK, key):
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL_MAX)
+    try:
+        yield
+    finally:
+        _pg_query(conn, _UNLOCK, key)
+
+
+async def _uncancelled(awaitable: Awaitable[T]) -> tuple[T, bool]:
+    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile.
+
+    Returns its result and whether a cancellation arrived (the caller re-raises it once its own
+    bookkeeping is done). The work runs in its own task behind ``asyncio.shield``.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.cancelled():  # the work itself was cancelled (the loop is shutting down)
+                raise
+            cancelled = True
+
+
+async def _shielded(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` to its end; a cancellation that arrived meanwhile is raised after."""
+    result, cancelled = await _uncancelled(awaitable)
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+def _in_flight() -> bool:
+    return sys.exc_info()[0] is not None
+
+
+@asynccontextmanager
+async def _apg_lock(conn: Any, key: int) -> AsyncIterator[None]:
+    """Async :func:`_pg_lock`; cancellable while it waits, never leaks the lock."""
+    import psycopg
+
+    if not isinstance(conn, psycopg.AsyncConnection):  # a pool
+        async with conn.connection() as held, _apg_lock(held, key):
+            yield
+        return
+    acquired = False
+    try:
+        delay = _POLL_FIRST
+        while True:
+            acquired, cancelled = await _uncancelled(_apg_query(conn, _TRY_LOCK, key))
+            if cancelled:
+                raise asyncio.CancelledError
+            if acquired:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+        yield
+    finally:
+        if acquired:
+            _, cancelled = await _uncancelled(_apg_query(conn, _UNLOCK, key))
+            if cancelled and not _in_flight():
+                raise asyncio.CancelledError
 
 
 class ManagedChatMessageHistory(BaseChatMessageHistory):
@@ -74,16 +421,25 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             lost on restart while the messages are not. The async methods use the store's async
             API: ``SqliteStore`` has none (use ``AsyncSqliteStore`` there).
         key: the :class:`~langmem_ext.keys.MemoryKey` (tenant, user, session) that owns this
-            memory. Different keys never share state, whatever their text.
+            memory. Different keys never share state, whatever their text. An explicit key is
+            used as given (``MemoryKey()`` included: writing it out is choosing it).
         config: instead of ``key``: a runnable config whose ``configurable`` holds
             ``tenant_id``, ``user_id`` and ``session_id`` (or ``thread_id``), read with
             :meth:`MemoryKey.from_config <langmem_ext.keys.MemoryKey.from_config>`.
         require_explicit_key: with ``config`` (or with neither ``key`` nor ``config``), fail
             with :class:`~langmem_ext.keys.MissingKeyError` instead of falling back to
-            ``"default"`` for a missing part: a multi-tenant service never reads a shared memory.
+            ``"default"`` for any missing part (tenant and user included).
+        shared_default: with a ``store`` and no session in ``key``/``config`` (neither given,
+            or a config without ``session_id``/``thread_id``), use the shared ``"default"``
+            session anyway. Without it such a history raises
+            :class:`~langmem_ext.keys.MissingKeyError`: every key-less history over one store
+            would otherwise read and write the same summary (one user's conversation summarized
+            into another's). Without a ``store`` the state is private to this object, so
+            nothing can be shared and no session is needed.
         prune_backing: remove the messages folded into the summary from the backing history,
             which then stays bounded. Needs a summarizing strategy (with a trimming one it would
-            delete messages that nothing remembers).
+            delete messages that nothing remembers). Writers of one key are serialized (see
+            the module notes), so concurrent writers neither lose nor re-summarize messages.
         id_factory: gives an id to each added message that has none (default: a UUID4), so the
             state and the pruning can find it again. The caller's message is not changed: a copy
             with the id is appended.
@@ -111,6 +467,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         key: MemoryKey | None = None,
         config: Mapping[str, Any] | None = None,
         require_explicit_key: bool = False,
+        shared_default: bool = False,
         prune_backing: bool = False,
         id_factory: IdFactory | None = None,
     ) -> None:
@@ -137,8 +494,12 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             )
         if key is not None and config is not None:
             raise ValueError("pass either key= or config=, not both")
+        if not isinstance(shared_default, bool):
+            raise TypeError(f"shared_default must be a bool, got {type(shared_default).__name__}")
         if key is None:
             key = MemoryKey.from_config(config, require_explicit_key=require_explicit_key)
+            if store is not None and not shared_default:
+                key.require("session", owner="ManagedChatMessageHistory", opt_out="shared_default")
         elif not isinstance(key, MemoryKey):
             raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
         if not isinstance(prune_backing, bool):
@@ -168,6 +529,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         *,
         store: BaseStore | None = None,
         require_explicit_key: bool = False,
+        shared_default: bool = False,
         prune_backing: bool = False,
         id_factory: IdFactory | None = None,
     ) -> ManagedChatMessageHistory:
@@ -180,6 +542,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             store=store,
             config=config if config is not None else {},
             require_explicit_key=require_explicit_key,
+            shared_default=shared_default,
             prune_backing=prune_backing,
             id_factory=id_factory,
         )
@@ -203,9 +566,13 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
 
         Read-only: the summarizer is never called and nothing is written. A fold that is due is
         deferred to the next ``add_messages``; until then the view shows the summary so far, the
-        newest messages that fit and a note with the number not shown.
+        newest messages that fit and a note with the number not shown. The backing history and
+        the state are read under the key's lock, so a read never sees another writer's prune
+        half done (a cleared history, or a state not yet rebased).
         """
-        return self.strategy.view(self.history.messages, self._load(), key=self.key).messages
+        with self._locked():  # never half-way through another writer's prune
+            messages, state = self.history.messages, self._load()
+        return self.strategy.view(messages, state, key=self.key).messages
 
     @messages.setter
     def messages(self, value: list[BaseMessage]) -> None:
@@ -217,8 +584,9 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
     async def aget_messages(self) -> list[BaseMessage]:
         """Async :attr:`messages`: the backing history and the store are read with their async
         API; nothing is written and the summarizer is never called."""
-        messages = await self.history.aget_messages()
-        return (await self.strategy.aview(messages, await self._aload(), key=self.key)).messages
+        async with self._alocked():  # never half-way through another writer's prune
+            messages, state = await self.history.aget_messages(), await self._aload()
+        return (await self.strategy.aview(messages, state, key=self.key)).messages
 
     @property
     def state(self) -> MemoryState | None:
@@ -241,79 +609,174 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append ``messages`` to the backing history, then run the strategy and store its state.
 
-        Steps, in this order: (1) append (messages without an id get one, on a copy); (2) read
-        the backing history back and run ``strategy.apply`` with the stored state (the
-        summarizer runs here when a fold is due); (3) store the new state. If ``apply`` raises
+        Steps, in this order, all under the key's write lock (see the module notes): (1) append
+        (messages without an id get one, on a copy); (2) read the backing history back and run
+        ``strategy.apply`` with the stored state (the summarizer runs here when a fold is due);
+        (3) store the new state. If ``apply`` raises
         :class:`~langmem_ext.errors.MemoryBudgetExceeded` after a fold succeeded, that fold's
         state (``error.state``) is stored before the error propagates, so it is not lost.
 
         With ``prune_backing=True`` and messages folded: (4) the backing history is cleared and
         the messages that are not folded are added back (``BaseChatMessageHistory`` has no
-        delete), then (5) the state, rebased on the shorter history, is stored. This is **not
-        atomic**. It only happens after the fold succeeded and step (3) stored a state that
-        covers the folded messages, so a crash after (4) leaves a correct summary and history
-        (the next turn finds the folded messages gone and recounts once). A crash *inside* (4),
-        between the clear and the add, loses the unfolded messages of the backing history; use
-        a backing history whose ``clear`` + ``add_messages`` you can make transactional if
-        that matters.
+        delete), then (5) the state, rebased on the shorter history, is stored. The lock makes
+        (1)-(5) one step for every other writer of the key. It is **not atomic** against a
+        crash: it only happens after the fold succeeded and step (3) stored a state that covers
+        the folded messages, so a crash after (4) leaves a correct summary and history (the next
+        turn finds the folded messages gone and recounts once). A crash *inside* (4), between
+        the clear and the add, loses the unfolded messages of the backing history; use a backing
+        history whose ``clear`` + ``add_messages`` you can make transactional if that matters.
+
+        Raises:
+            InvalidHistoryError: a ``RemoveMessage`` is among ``messages`` (a ``ValueError``;
+                nothing is written).
         """
-        new = self._with_ids(messages)
+        new = self._prepared(messages)
         if not new:  # nothing new: no write, the view is what a read shows
             return
-        self.history.add_messages(new)
-        full = self.history.messages
-        previous = self._load()
-        try:
-            result = self.strategy.apply(full, previous, key=self.key)
-        except MemoryBudgetExceeded as error:
-            if error.state is not None:
-                self._save(error.state)
-            raise
-        self._save(result.state)
-        pruned = self._pruned(full, result.state)
+        with self._locked():
+            self.history.add_messages(new)
+            full = self.history.messages
+            previous = self._load()
+            try:
+                result = self.strategy.apply(full, previous, key=self.key)
+            except MemoryBudgetExceeded as error:
+                if error.state is not None:
+                    self._save(error.state)
+                raise
+            self._commit(full, result.state)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Async :meth:`add_messages`: the same steps with the backing history's and the
+        store's async API and ``strategy.aapply``.
+
+        Cancellation (``asyncio.wait_for`` timing out, ``task.cancel()``) is honoured at once
+        while waiting for the lock, reading, or summarizing: nothing is stored then, and the
+        appended messages are folded by the next write. The writes, (1) and (3)-(5), are
+        shielded: once started they run to the end, and the ``CancelledError`` is raised after,
+        so a cancellation never leaves the backing history cleared and not re-filled.
+        """
+        new = self._prepared(messages)
+        if not new:  # nothing new: no write, the view is what a read shows
+            return
+        async with self._alocked():
+            await _shielded(self.history.aadd_messages(new))
+            full = await self.history.aget_messages()
+            previous = await self._aload()
+            try:
+                result = await self.strategy.aapply(full, previous, key=self.key)
+            except MemoryBudgetExceeded as error:
+                if error.state is not None:
+                    await _shielded(self._asave(error.state))
+                raise
+            await _shielded(self._acommit(full, result.state))
+
+    def clear(self) -> None:
+        """Clear the backing history and delete the stored state (the summary with it)."""
+        with self._locked():
+            self.history.clear()
+            self.store.delete(self.namespace, STATE_ITEM)
+
+    async def aclear(self) -> None:
+        """Async :meth:`clear` (shielded like the writes of :meth:`aadd_messages`)."""
+        async with self._alocked():
+            await _shielded(self._aclear())
+
+    async def _aclear(self) -> None:
+        await self.history.aclear()
+        await self.store.adelete(self.namespace, STATE_ITEM)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _commit(self, full: Sequence[BaseMessage], state: MemoryState) -> None:
+        """Steps (3)-(5) of :meth:`add_messages`: store the state, then prune."""
+        self._save(state)
+        pruned = self._pruned(full, state)
         if pruned is not None:
             kept, rebased = pruned
             self.history.clear()
             self.history.add_messages(kept)
             self._save(rebased)
 
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Async :meth:`add_messages`: the same steps with the backing history's and the
-        store's async API and ``strategy.aapply``."""
-        new = self._with_ids(messages)
-        if not new:  # nothing new: no write, the view is what a read shows
-            return
-        await self.history.aadd_messages(new)
-        full = await self.history.aget_messages()
-        previous = await self._aload()
-        try:
-            result = await self.strategy.aapply(full, previous, key=self.key)
-        except MemoryBudgetExceeded as error:
-            if error.state is not None:
-                await self._asave(error.state)
-            raise
-        await self._asave(result.state)
-        pruned = self._pruned(full, result.state)
+    async def _acommit(self, full: Sequence[BaseMessage], state: MemoryState) -> None:
+        await self._asave(state)
+        pruned = self._pruned(full, state)
         if pruned is not None:
             kept, rebased = pruned
             await self.history.aclear()
             await self.history.aadd_messages(kept)
             await self._asave(rebased)
 
-    def clear(self) -> None:
-        """Clear the backing history and delete the stored state (the summary with it)."""
-        self.history.clear()
-        self.store.delete(self.namespace, STATE_ITEM)
+    def _lock_owner(self, database: str | None) -> Hashable:
+        """What the in-process lock is keyed by: the SQLite file, or the PostgreSQL connection
+        (or pool) when the store has one, else the store. Two store objects on one file or one
+        connection must share it: record locks belong to the process and advisory locks to the
+        session, so neither tells two writers of one process apart."""
+        if database is not None:
+            return ("sqlite", database)
+        conn = getattr(self.store, "conn", None)
+        if conn is not None and type(self.store).__module__.startswith("langgraph.store.postgres"):
+            return ("postgres", id(conn))
+        return ("store", id(self.store))
 
-    async def aclear(self) -> None:
-        """Async :meth:`clear`."""
-        await self.history.aclear()
-        await self.store.adelete(self.namespace, STATE_ITEM)
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The key's write lock: in process, and across processes on PostgreSQL (an advisory
+        lock) or on a SQLite file (a record lock on a lock file next to it)."""
+        database = _sqlite_file(self.store)
+        entry = _key_lock(self._lock_owner(database), self.namespace)
+        if entry.holder == threading.get_ident():
+            raise RuntimeError(
+                f"a sync call on {self!r} while an async write of the same key is in progress "
+                f"on this thread's event loop would deadlock; await the async method instead "
+                f"(aadd_messages, aget_messages, aclear)"
+            )
+        with entry.thread:
+            entry.holder = threading.get_ident()
+            try:
+                conn = _pg_connection(self.store, self.history, sync=True)
+                if database is not None:
+                    with _file_lock(database, self.namespace):
+                        yield
+                elif conn is not None:
+                    with _pg_lock(conn, _advisory_key(self.namespace)):
+                        yield
+                else:
+                    yield
+            finally:
+                entry.holder = None
 
-    # -- internals ------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def _alocked(self) -> AsyncIterator[None]:
+        """Async :meth:`_locked`: cancellable while waiting, and never leaks a lock."""
+        database = await _asqlite_file(self.store)
+        entry = _key_lock(self._lock_owner(database), self.namespace)
+        async with entry.for_running_loop():
+            # the thread lock too (sync writers, other event loops), polled: never blocks the loop
+            delay = _POLL_FIRST
+            while not entry.thread.acquire(blocking=False):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX)
+            entry.holder = threading.get_ident()
+            try:
+                conn = _pg_connection(self.store, self.history, sync=False)
+                if database is not None:
+                    async with _afile_lock(database, self.namespace):
+                        yield
+                elif conn is not None:
+                    async with _apg_lock(conn, _advisory_key(self.namespace)):
+                        yield
+                else:
+                    yield
+            finally:
+                entry.holder = None
+                entry.thread.release()
 
-    def _with_ids(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        """The messages to append: each one without an id is copied with a new id."""
+    def _prepared(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The messages to append: each one without an id is copied with a new id.
+
+        A ``RemoveMessage`` is refused before anything is written: a chat history stores
+        messages, and a stored removal would reach the model as a message of its own.
+        """
         if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
             raise TypeError(
                 f"messages must be a sequence of BaseMessage, got {type(messages).__name__}"
@@ -322,6 +785,16 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             if not isinstance(message, BaseMessage):
                 raise TypeError(
                     f"messages[{i}] must be a BaseMessage, got {type(message).__name__}"
+                )
+            if isinstance(message, RemoveMessage):
+                raise InvalidHistoryError(
+                    f"messages[{i}] is a RemoveMessage(id={message.id!r}): a chat history stores "
+                    f"messages and cannot apply a removal (LangGraph's add_messages reducer "
+                    f"does that for graph state); nothing was written. To delete messages, "
+                    f"remove them from the backing history directly (the next write notices "
+                    f"the rewrite and recounts), or clear() and add back the ones to keep",
+                    index=i,
+                    message_id=message.id,
                 )
         out: list[BaseMessage] = []
         for message in messages:
@@ -355,6 +828,18 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         if not removed:
             return None
         kept = [*full[:body_start], *full[body_start + len(removed) :]]
+        # the keys of id-less survivors are chained over their predecessors, and some of those
+        # are gone now: anchor the state to the keys of the new, shorter history
+        keys = KeyChain(kept)
+        rebased = replace(
+            rebased,
+            seen_key=keys(rebased.seen - 1) if 0 < rebased.seen <= len(kept) else None,
+            cut_key=(
+                keys(rebased.cut_index)
+                if rebased.cut_index is not None and 0 <= rebased.cut_index < len(kept)
+                else None
+            ),
+        )
         return kept, rebased
 
     def _load(self) -> MemoryState | None:

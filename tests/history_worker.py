@@ -21,12 +21,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import itertools
 import json
+import os
 import re
 import sqlite3
 import sys
+import threading
+import time
 import uuid
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,9 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from langchain_core.chat_history import BaseChatMessageHistory  # noqa: E402
+from langchain_core.chat_history import (  # noqa: E402
+    BaseChatMessageHistory,
+    InMemoryChatMessageHistory,
+)
 from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder  # noqa: E402
 from langchain_core.runnables import RunnableConfig  # noqa: E402
@@ -358,11 +366,357 @@ def run_backend(
     raise ValueError(f"unknown backend {backend!r}")
 
 
+# --- contention: several writers on one key with prune_backing (item 3 of issue 11) ----------
+
+_FOLDED = re.compile(r"\b(question|answer) (\d+): marker=(\w+)")
+_FOLD_ID = re.compile(r"\bfold ([\w.-]+)")
+
+
+def contention_turn(i: int, marker: str) -> list[BaseMessage]:
+    """Question ``i`` of writer ``marker`` and its answer, with ids (``p0-q3``, ``p0-a3``)."""
+    return [
+        HumanMessage(question_text(i, marker), id=f"{marker}-q{i}"),
+        AIMessage(f"answer {i}: marker={marker} " + "details " * 30, id=f"{marker}-a{i}"),
+    ]
+
+
+class FoldLog:
+    """A summarizer that records what each call folds, so loss and double summarization across
+    writers (threads or processes) can be counted exactly.
+
+    Its summary is only ``fold <id>``; the log maps that id to the id of the summary it
+    extended (read from the previous summary in the prompt) and to the ids of the messages in
+    the transcript. Following the chain back from the final summary gives, as a multiset, the
+    messages the stored summary really stands for; a fold outside the chain was thrown away
+    (a concurrent writer overwrote its state). ``pause`` widens the race window (a summarizer
+    is a network call, never instantaneous).
+    """
+
+    def __init__(self, name: str, pause: float = 0.002) -> None:
+        self.name = name
+        self.pause = pause
+        self.folds: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+
+    def __call__(self, prompt: list[BaseMessage]) -> str:
+        text = "\n".join(str(m.content) for m in prompt)
+        start = text.rfind("<transcript>")
+        before, transcript = text[:start], text[start:]
+        folded = [
+            f"{marker}-{'q' if kind == 'question' else 'a'}{n}"
+            for kind, n, marker in _FOLDED.findall(transcript)
+        ]
+        texts = [
+            line.split(": ", 1)[1]
+            for line in transcript.splitlines()
+            if line.startswith(("user: ", "assistant: "))
+        ]
+        previous = _FOLD_ID.findall(before)
+        if self.pause:
+            time.sleep(self.pause)
+        with self._lock:
+            fold = f"{self.name}.{next(self._counter)}"
+            self.folds[fold] = {
+                "prev": previous[-1] if previous else None,
+                "ids": folded,
+                "texts": texts,
+            }
+        return f"fold {fold}"
+
+    def chain(self, summary_text: str) -> list[dict[str, Any]]:
+        """The folds the summary ``fold <id>`` stands for, oldest first."""
+        found = _FOLD_ID.findall(summary_text)
+        out: list[dict[str, Any]] = []
+        fold = found[-1] if found else None
+        while fold is not None:
+            out.append(self.folds[fold])
+            fold = self.folds[fold]["prev"]
+        return out[::-1]
+
+
+def fold_chain(
+    summary_text: str, folds: dict[str, dict[str, Any]]
+) -> tuple[Counter[str], set[str]]:
+    """The message ids (with multiplicity) the summary ``fold <id>`` stands for, and the folds
+    on its chain."""
+    found = _FOLD_ID.findall(summary_text)
+    covered_ids: Counter[str] = Counter()
+    reached: set[str] = set()
+    fold = found[-1] if found else None
+    while fold is not None:
+        reached.add(fold)
+        covered_ids.update(folds[fold]["ids"])
+        fold = folds[fold]["prev"]
+    return covered_ids, reached
+
+
+def account(
+    expected: Sequence[str],
+    backing: Sequence[BaseMessage],
+    state: Any,
+    folds: dict[str, dict[str, Any]],
+) -> dict[str, int]:
+    """Lost, duplicated and double-summarized messages of a contended run.
+
+    Every expected message must be exactly once in the unfolded part of the backing history
+    or in the summary's fold chain. ``wasted_folds``: summarizer calls whose result the stored
+    summary does not include (work thrown away; their messages may still be summarized
+    elsewhere)."""
+    folded = state.folded if state is not None else 0
+    live = Counter(str(m.id) for m in backing[folded:])
+    summary = state.sections.get("conversation", "") if state is not None else ""
+    chain, reached = fold_chain(summary, folds)
+    known = set(expected)
+    return {
+        "messages": len(expected),
+        "lost": sum(1 for i in expected if live[i] + chain[i] == 0),
+        "duplicated": sum(1 for i in expected if live[i] > 1 or (live[i] and chain[i])),
+        "double_summarized": sum(1 for i in expected if chain[i] > 1),
+        "foreign": sum(1 for i in (live + chain) if i not in known),
+        "wasted_folds": len(set(folds) - reached),
+        "folds": len(reached),
+    }
+
+
+def contend_threads(
+    workers: int,
+    turns: int,
+    *,
+    store: BaseStore | None = None,
+    backing: BaseChatMessageHistory | None = None,
+    session: str = "contended",
+    use_async: bool = False,
+) -> dict[str, int]:
+    """``workers`` threads add ``turns`` turns each to ONE key with ``prune_backing=True``,
+    at the same time; returns :func:`account` of the outcome."""
+    from langgraph.store.memory import InMemoryStore
+
+    store = store if store is not None else InMemoryStore()
+    backing = backing if backing is not None else InMemoryChatMessageHistory()
+    log = FoldLog("t")
+    strategy = make_strategy(log)
+    barrier = threading.Barrier(workers)
+    errors: list[BaseException] = []
+
+    def history() -> ManagedChatMessageHistory:
+        return ManagedChatMessageHistory(
+            backing, strategy, store=store, key=key_for(session), prune_backing=True
+        )
+
+    def work(w: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(turns):
+                if use_async:
+                    asyncio.run(history().aadd_messages(contention_turn(i, f"w{w}")))
+                else:
+                    history().add_messages(contention_turn(i, f"w{w}"))
+        except BaseException as error:  # reported by the caller
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    expected = [
+        m.id or ""
+        for w in range(workers)
+        for i in range(turns)
+        for m in contention_turn(i, f"w{w}")
+    ]
+    final = history()
+    return account(expected, final.history.messages, final.state, log.folds)
+
+
+def contend_process(
+    dsn: str, session: str, marker: str, turns: int, barrier: str, *, use_async: bool = False
+) -> dict[str, Any]:
+    """One of several processes adding ``turns`` turns to one key on PostgreSQL with
+    ``prune_backing=True``; waits for the file ``barrier`` to exist so all start together.
+    ``use_async``: ``AsyncPostgresStore``, an async connection and ``aadd_messages``.
+    Returns this process's fold log."""
+    import psycopg
+    from langchain_postgres import PostgresChatMessageHistory
+
+    log = FoldLog(marker)
+    strategy = make_strategy(log)
+
+    def history(store: BaseStore, backing: BaseChatMessageHistory) -> ManagedChatMessageHistory:
+        return ManagedChatMessageHistory(
+            backing, strategy, store=store, key=key_for(session), prune_backing=True
+        )
+
+    if use_async:
+        from langgraph.store.postgres.aio import AsyncPostgresStore
+
+        async def go() -> None:
+            aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+            try:
+                async with AsyncPostgresStore.from_conn_string(dsn) as store:
+                    while not os.path.exists(barrier):
+                        await asyncio.sleep(0.01)
+                    for i in range(turns):
+                        backing = PostgresChatMessageHistory(
+                            PG_TABLE, pg_session(session), async_connection=aconn
+                        )
+                        await history(store, backing).aadd_messages(contention_turn(i, marker))
+            finally:
+                await aconn.close()
+
+        asyncio.run(go())
+        return {"folds": log.folds}
+
+    from langgraph.store.postgres import PostgresStore
+
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        PostgresStore.from_conn_string(dsn) as sync_store,
+    ):
+        while not os.path.exists(barrier):  # (the tables were set up by the caller)
+            time.sleep(0.01)
+        for i in range(turns):
+            backing = PostgresChatMessageHistory(
+                PG_TABLE, pg_session(session), sync_connection=conn
+            )
+            history(sync_store, backing).add_messages(contention_turn(i, marker))
+    return {"folds": log.folds}
+
+
+def contend_sqlite_process(
+    target: Path, session: str, marker: str, turns: int, barrier: str, *, use_async: bool = False
+) -> dict[str, Any]:
+    """:func:`contend_process` on SQLite files in ``target`` (``SqliteStore`` or
+    ``AsyncSqliteStore``, and langchain-community's ``SQLChatMessageHistory``)."""
+    from langchain_community.chat_message_histories import SQLChatMessageHistory
+    from sqlalchemy import create_engine
+
+    log = FoldLog(marker)
+    strategy = make_strategy(log)
+
+    def history(store: BaseStore, backing: BaseChatMessageHistory) -> ManagedChatMessageHistory:
+        return ManagedChatMessageHistory(
+            backing, strategy, store=store, key=key_for(session), prune_backing=True
+        )
+
+    if use_async:
+        from langgraph.store.sqlite.aio import AsyncSqliteStore
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        async def go() -> None:
+            engine = create_async_engine(f"sqlite+aiosqlite:///{target / 'history.sqlite'}")
+            try:
+                async with AsyncSqliteStore.from_conn_string(str(target / "store.sqlite")) as st:
+                    while not os.path.exists(barrier):
+                        await asyncio.sleep(0.01)
+                    for i in range(turns):
+                        backing = SQLChatMessageHistory(session_id=session, connection=engine)
+                        await history(st, backing).aadd_messages(contention_turn(i, marker))
+            finally:
+                await engine.dispose()
+
+        asyncio.run(go())
+        return {"folds": log.folds}
+
+    from langgraph.store.sqlite import SqliteStore
+
+    engine = create_engine(f"sqlite:///{target / 'history.sqlite'}")
+    conn = sqlite3.connect(
+        str(target / "store.sqlite"), check_same_thread=False, isolation_level=None, timeout=30
+    )
+    try:
+        store = SqliteStore(conn)
+        while not os.path.exists(barrier):
+            time.sleep(0.01)
+        for i in range(turns):
+            backing = SQLChatMessageHistory(session_id=session, connection=engine)
+            history(store, backing).add_messages(contention_turn(i, marker))
+    finally:
+        conn.close()
+        engine.dispose()
+    return {"folds": log.folds}
+
+
+def setup_sqlite(target: Path, session: str) -> None:
+    """Create the SQLite store's and history's tables once, before workers race on them."""
+    from langchain_community.chat_message_histories import SQLChatMessageHistory
+    from langgraph.store.sqlite import SqliteStore
+    from sqlalchemy import create_engine
+
+    target.mkdir(parents=True, exist_ok=True)
+    with SqliteStore.from_conn_string(str(target / "store.sqlite")) as store:
+        store.setup()
+    engine = create_engine(f"sqlite:///{target / 'history.sqlite'}")
+    SQLChatMessageHistory(session_id=session, connection=engine)
+    engine.dispose()
+
+
+def sqlite_contention_outcome(
+    target: Path, session: str, markers_: Sequence[str], turns: int, folds: dict[str, Any]
+) -> dict[str, int]:
+    """:func:`account` of a contended SQLite run, read back from the files."""
+    from langchain_community.chat_message_histories import SQLChatMessageHistory
+    from langgraph.store.sqlite import SqliteStore
+    from sqlalchemy import create_engine
+
+    engine = create_engine(f"sqlite:///{target / 'history.sqlite'}")
+    try:
+        with SqliteStore.from_conn_string(str(target / "store.sqlite")) as store:
+            history = ManagedChatMessageHistory(
+                SQLChatMessageHistory(session_id=session, connection=engine),
+                make_strategy(),
+                store=store,
+                key=key_for(session),
+            )
+            expected = [
+                m.id or ""
+                for marker in markers_
+                for i in range(turns)
+                for m in contention_turn(i, marker)
+            ]
+            return account(expected, history.history.messages, history.state, folds)
+    finally:
+        engine.dispose()
+
+
+def contention_outcome(
+    dsn: str, session: str, markers_: Sequence[str], turns: int, folds: dict[str, Any]
+) -> dict[str, int]:
+    """:func:`account` of a contended PostgreSQL run, read back from the database."""
+    import psycopg
+    from langchain_postgres import PostgresChatMessageHistory
+    from langgraph.store.postgres import PostgresStore
+
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        PostgresStore.from_conn_string(dsn) as store,
+    ):
+        history = ManagedChatMessageHistory(
+            PostgresChatMessageHistory(PG_TABLE, pg_session(session), sync_connection=conn),
+            make_strategy(),
+            store=store,
+            key=key_for(session),
+        )
+        expected = [
+            m.id or ""
+            for marker in markers_
+            for i in range(turns)
+            for m in contention_turn(i, marker)
+        ]
+        return account(expected, history.history.messages, history.state, folds)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", choices=("sqlite", "postgres"), required=True)
     parser.add_argument("--target", required=True, help="a directory (sqlite) or a conninfo")
     parser.add_argument("--session", action="append", required=True, help="SESSION=MARKER")
+    parser.add_argument(
+        "--contend", metavar="BARRIER", help="contention mode: start when this file exists"
+    )
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--stop", type=int, required=True)
     parser.add_argument("--prune", action="store_true")
@@ -370,6 +724,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sessions = [(s.split("=", 1)[0], s.split("=", 1)[1]) for s in args.session]
     warnings.simplefilter("ignore")  # deprecation notices of the chat-history classes
+    if args.contend:
+        session, marker = sessions[0]
+        contend = contend_process if args.backend == "postgres" else contend_sqlite_process
+        json.dump(
+            contend(
+                args.target if args.backend == "postgres" else Path(args.target),  # type: ignore[arg-type]
+                session,
+                marker,
+                args.stop - args.start,
+                args.contend,
+                use_async=args.use_async,
+            ),
+            sys.stdout,
+        )
+        return 0
     out = run_backend(
         args.backend,
         args.target,

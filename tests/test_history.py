@@ -114,6 +114,8 @@ def managed(
     backing: BaseChatMessageHistory | None = None, **kwargs: Any
 ) -> ManagedChatMessageHistory:
     options: dict[str, Any] = {"id_factory": message_id, **kwargs}
+    if options.get("store") is not None and "key" not in options and "config" not in options:
+        options["key"] = key_for("managed")  # a store needs a session (issue 11, item 12)
     strategy = options.pop("strategy", None) or make_strategy()
     return ManagedChatMessageHistory(backing or InMemoryChatMessageHistory(), strategy, **options)
 
@@ -668,18 +670,20 @@ def test_runnable_with_message_history_without_a_history_key_stores_only_the_new
         warnings.simplefilter("ignore")
         chain = RunnableWithMessageHistory(
             model,
-            lambda _session: ManagedChatMessageHistory(
-                backing, strategy, store=store, id_factory=message_id
+            lambda session: ManagedChatMessageHistory(
+                backing, strategy, store=store, key=key_for(session), id_factory=message_id
             ),
         )
     config = {"configurable": {"session_id": "s"}}
     for i in range(14):
         text = question_text(i, "alpha")
-        before = ManagedChatMessageHistory(backing, strategy, store=store).messages
+        before = ManagedChatMessageHistory(
+            backing, strategy, store=store, key=key_for("s")
+        ).messages
         chain.invoke([HumanMessage(text)] if as_list else text, config)  # type: ignore[arg-type]
         assert model.seen[-1] == [*before, HumanMessage(text)]
     assert ids(backing.messages) == [f"alpha-{k}{i}" for i in range(14) for k in ("q", "a")]
-    state = ManagedChatMessageHistory(backing, strategy, store=store).state
+    state = ManagedChatMessageHistory(backing, strategy, store=store, key=key_for("s")).state
     assert state is not None and state.folds >= 3
     assert model.seen[-1][0].id == "langmem-ext-summary"
 
