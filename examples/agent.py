@@ -1,14 +1,15 @@
 """A tool-using agent with langmem_ext memory, persisted on SQLite.
 
-Runs a long scripted conversation through ``create_react_agent`` with ``MemoryNode`` as its
-``pre_model_hook`` (SummaryBuffer, rewrite mode) and a ``SqliteSaver`` checkpointer, and prints per
-turn the messages kept in the graph state, the size of the memory state, the view the model got,
-and when a compaction (a fold into the summary) happened.
+Runs a long scripted conversation through ``langchain.agents.create_agent`` with
+``MemoryMiddleware(SummaryBuffer(...), mode="rewrite")`` and a ``SqliteSaver`` checkpointer, and
+prints per turn: the messages kept in the graph state, the size of the memory state, the view the
+model got (its size, and its shape, e.g. ``[System+summary, Human, AI(tool_calls), Tool, AI,
+Human]``), each compaction (a fold into the summary) and the summary text whenever it changes.
 
 With ``OPENAI_API_KEY`` or ``ANTHROPIC_API_KEY`` set it uses a real model; otherwise a scripted
 offline model that calls the tool now and then, so the demo needs no key and no network.
 
-    python examples/agent.py [--turns 60] [--db path.sqlite] [--max-tokens 3000]
+    python examples/agent.py [--turns 60] [--db path.sqlite] [--max-tokens 1500]
 """
 
 from __future__ import annotations
@@ -20,17 +21,25 @@ import os
 import sqlite3
 import sys
 import tempfile
-import warnings
+import textwrap
 from pathlib import Path
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from langmem_ext import ApproximateCounter, MemoryAgentState, MemoryNode, SummaryBuffer
+from langmem_ext import ApproximateCounter, MemoryState, SummaryBuffer
+from langmem_ext.agents import MemoryMiddleware  # also `from langmem_ext import MemoryMiddleware`
 
 QUESTIONS = [
     "Where is order {n}? It was supposed to arrive last week.",
@@ -79,7 +88,8 @@ class ScriptedModel(BaseChatModel):
 def summarize_offline(prompt: list[BaseMessage]) -> str:
     """Offline summarizer: keeps the previous summary's facts and adds the order numbers seen."""
     body = str(prompt[-1].content)
-    orders = sorted({w.strip("?.,") for w in body.split() if w.strip("?.,").isdigit()})
+    words = {w.strip("?.,") for w in body.split()}
+    orders = sorted(w for w in words if w.isdigit() and len(w) == 4)  # order numbers
     return "Orders discussed: " + ", ".join(orders[-20:]) + ". User prefers deliveries after 5 pm."
 
 
@@ -92,57 +102,111 @@ def make_models() -> tuple[Any, Any, str]:
     if os.environ.get("ANTHROPIC_API_KEY"):
         from langchain_anthropic import ChatAnthropic
 
-        model = ChatAnthropic(model="claude-3-5-haiku-latest")  # type: ignore[call-arg]
-        return model, model, "ChatAnthropic(claude-3-5-haiku-latest)"
+        claude = ChatAnthropic(model="claude-3-5-haiku-latest")  # type: ignore[call-arg]
+        return claude, claude, "ChatAnthropic(claude-3-5-haiku-latest)"
     return ScriptedModel(), summarize_offline, "an offline scripted model (no API key set)"
 
 
+class ViewRecorder(BaseCallbackHandler):
+    """Keeps the messages of the latest chat-model call: with ``MemoryMiddleware`` the view is
+    passed straight to the model and is not stored in the graph state, so this is where to see it.
+    A summarizer call (when the summarizer is a chat model) comes before the model call it makes
+    room for, so after a turn ``view`` is what the model saw for its final answer."""
+
+    def __init__(self) -> None:
+        self.view: list[BaseMessage] = []
+
+    def on_chat_model_start(
+        self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any
+    ) -> None:
+        self.view = list(messages[0])
+
+
+def label(message: BaseMessage) -> str:
+    """``System+summary``, ``Human``, ``AI(tool_calls)``, ``Tool``, ``AI``, ..."""
+    text = message.content if isinstance(message.content, str) else str(message.content)
+    summary = "<conversation_summary>" in text
+    if isinstance(message, SystemMessage):
+        return "System+summary" if summary else "System"
+    if isinstance(message, HumanMessage):
+        if summary:
+            return "Human(summary)"  # placement="human"
+        return "Retrieved" if message.id == "langmem_ext:retrieved" else "Human"
+    if isinstance(message, AIMessage):
+        return "AI(tool_calls)" if message.tool_calls else "AI"
+    if isinstance(message, ToolMessage):
+        return "Tool"
+    return type(message).__name__
+
+
+def shape(view: list[BaseMessage]) -> str:
+    """What the model got, e.g. ``[System+summary, Human, AI(tool_calls), Tool, AI, Human]``.
+
+    Consecutive turns of the same shape are written once with a count (``3 × (Human, AI)``), so
+    a long view stays on one line."""
+    turns: list[list[str]] = []
+    for message in view:
+        name = label(message)
+        if not turns or name.startswith(("Human", "Retrieved", "System")):
+            turns.append([name])
+        else:
+            turns[-1].append(name)
+    parts: list[str] = []
+    for turn, group in itertools.groupby(turns):
+        count = len(list(group))
+        if count == 1 or len(turn) == 1:
+            parts += turn * count
+        else:
+            parts.append(f"{count} × ({', '.join(turn)})")
+    return "[" + ", ".join(parts) + "]"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--db", default=None, help="SQLite file (default: a temporary one)")
     parser.add_argument("--max-tokens", type=int, default=1_500)
     args = parser.parse_args(argv)
 
-    from langgraph.prebuilt import create_react_agent
+    from langchain.agents import create_agent
 
-    model, summarizer, label = make_models()
+    model, summarizer, model_name = make_models()
     db = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "agent.sqlite"
     conn = sqlite3.connect(str(db), check_same_thread=False)
     strategy = SummaryBuffer(args.max_tokens, summarizer=summarizer, max_summary_tokens=300)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # create_react_agent's move to langchain.agents
-        agent = create_react_agent(
-            model,
-            [track_order],
-            pre_model_hook=MemoryNode(strategy, mode="rewrite"),
-            state_schema=MemoryAgentState,
-            checkpointer=SqliteSaver(conn),
-        )
+    agent = create_agent(
+        model,
+        [track_order],
+        system_prompt="You are a support agent for an online shop. Use track_order for status.",
+        middleware=[MemoryMiddleware(strategy, mode="rewrite")],
+        checkpointer=SqliteSaver(conn),
+    )
     counter = ApproximateCounter()
-    config = {"configurable": {"thread_id": "demo"}}
-    print(f"agent on {label}; memory {strategy!r}; checkpoints in {db}")
+    recorder = ViewRecorder()
+    config: Any = {"configurable": {"thread_id": "demo"}, "callbacks": [recorder]}
+    print(f"agent on {model_name}; memory {strategy!r}; checkpoints in {db}")
     print(f"{'turn':>4} {'state msgs':>10} {'memory B':>8} {'view msgs':>9} {'view tok':>8}  event")
-    folds = 0
+    folds, summary = 0, ""
     for turn, template in zip(range(1, args.turns + 1), itertools.cycle(QUESTIONS), strict=False):
-        question = {"messages": [HumanMessage(template.format(n=1000 + turn))]}
-        view: list[Any] = []
-        # the view lives only between the memory step and the model step (an ephemeral channel):
-        # read it from the memory node's update; the last one is what the final answer saw
-        for update in agent.stream(question, config, stream_mode="updates"):
-            view = (update.get("pre_model_hook") or {}).get("llm_input_messages", view)
+        agent.invoke({"messages": [HumanMessage(template.format(n=1000 + turn))]}, config)
+        view = recorder.view
         out = agent.get_state(config).values
-        memory = out.get("memory") or {}
+        memory = MemoryState.coerce(out.get("memory"))  # the channel holds a dict
         event = ""
-        if memory.get("folds", 0) > folds:
-            event = f"compaction #{memory['folds']}: summary updated, folded messages removed"
-            folds = memory["folds"]
-        if memory.get("health", "healthy") != "healthy":
-            event = f"summarizer {memory['health']}: {memory.get('last_error')}"
+        if memory.folds > folds:
+            event = f"compaction #{memory.folds}: summary updated, folded messages removed"
+            folds = memory.folds
+        if memory.health != "healthy":
+            event = f"summarizer {memory.health}: {memory.last_error}"
         print(
-            f"{turn:>4} {len(out['messages']):>10} {len(json.dumps(memory)):>8} "
-            f"{len(view):>9} {counter.count_messages(view):>8}  {event}"
+            f"{turn:>4} {len(out['messages']):>10} {len(memory.to_json()):>8} "
+            f"{len(view):>9} {counter.count_messages(view):>8}  {event}".rstrip()
         )
+        print(f"{'':>6}view: {shape(view)}")
+        text = "\n\n".join(memory.sections.values())
+        if text != summary:
+            summary = text
+            print(textwrap.indent(textwrap.fill(f"summary: {text}", width=94), " " * 6))
     conn.close()  # closing checkpoints the write-ahead log into the file
     size = db.stat().st_size
     print(f"done: {folds} compactions; SQLite file {size:,} bytes; state survives in {db}")

