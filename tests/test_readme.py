@@ -139,9 +139,10 @@ def test_item14_compat_drop_in_is_documented_with_a_runnable_block() -> None:
 def test_item14_tiktoken_offline_is_documented_for_users() -> None:
     text = _text()
     assert "tiktoken behind a firewall" in text
-    assert "python scripts/seed_tiktoken.py ~/.cache/tiktoken" in text
+    assert "langmem-ext seed-tiktoken ~/.cache/tiktoken" in text
     assert "export TIKTOKEN_CACHE_DIR=" in text and "sha1 of the download URL" in text
     assert (README.parent / "scripts" / "seed_tiktoken.py").is_file()
+    assert (README.parent / "langmem_ext" / "tiktoken_seed.py").is_file()
 
 
 def test_item14_retrieval_budgets_have_two_names_and_keys_are_explicit() -> None:
