@@ -22,8 +22,10 @@ Two different needs, two functions:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -142,19 +144,27 @@ _CHAIN_MEMO_SIZE = 200_000
 
 
 #: the same message object after the same key has the same key, as a message with an id keeps
-#: its id: this skips the fingerprint for a history passed again (the list an app appends to)
-_OBJECT_MEMO: OrderedDict[int, tuple[BaseMessage, str, str]] = OrderedDict()
+#: its id: this skips the fingerprint for a history passed again (the list an app appends to).
+#: Entries hold a weak reference and leave with their message, so the memo keeps nothing alive.
+_OBJECT_MEMO: dict[int, tuple[weakref.ref[BaseMessage], str, str]] = {}
+
+
+def _forget(ref: weakref.ref[BaseMessage], *, address: int) -> None:
+    entry = _OBJECT_MEMO.get(address)
+    if entry is not None and entry[0] is ref:
+        _OBJECT_MEMO.pop(address, None)  # another thread may have replaced it: a memo miss
 
 
 def _chained(previous: str, message: BaseMessage) -> str:
     """The key of an id-less message that follows a message keyed ``previous``."""
-    seen = _OBJECT_MEMO.get(id(message))
-    if seen is not None and seen[0] is message and seen[1] == previous:
+    address = id(message)
+    seen = _OBJECT_MEMO.get(address)
+    if seen is not None and seen[0]() is message and seen[1] == previous:
         return seen[2]
     key = _chained_by_content(previous, message)
-    _OBJECT_MEMO[id(message)] = (message, previous, key)  # holds the message: ids are not reused
-    if len(_OBJECT_MEMO) > _CHAIN_MEMO_SIZE:
-        _OBJECT_MEMO.popitem(last=False)
+    if len(_OBJECT_MEMO) < _CHAIN_MEMO_SIZE:
+        ref = weakref.ref(message, functools.partial(_forget, address=address))
+        _OBJECT_MEMO[address] = (ref, previous, key)
     return key
 
 
