@@ -484,6 +484,9 @@ def _call_with_timeout(fn: Callable[[], _T], timeout: float | None) -> _T:
     try:
         return future.result(timeout)
     except FutureTimeout:
+        # since 3.11 FutureTimeout *is* TimeoutError: a call that raised one itself is done
+        if future.done():
+            raise
         raise _timed_out(timeout) from None
 
 

@@ -656,3 +656,22 @@ def test_the_fake_server_injects_headers_hangs_and_a_context_limit(
     assert llm_server.count() == 2 and llm_server.count(fault="context_length") == 1
     assert llm_server.count(provider="anthropic") == 0
     assert Fault.hang().kind == "hang"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_item10_a_timeout_error_the_model_raises_itself_is_not_called_our_timeout(
+    mode: str,
+) -> None:
+    # concurrent.futures.TimeoutError is TimeoutError since Python 3.11: the sync driver took a
+    # model's own TimeoutError for its timeout, so apply and aapply disagreed on the error
+    def raising(_: object) -> str:
+        raise TimeoutError("upstream gateway timed out")
+
+    async def araising(_: object) -> str:
+        raise TimeoutError("upstream gateway timed out")
+
+    summarizer = fast(raising if mode == "sync" else araising, timeout=30.0, max_attempts=1)
+    with pytest.raises(SummarizerError) as caught:
+        await fold(summarizer, mode, [HumanMessage("hi")])
+    assert "upstream gateway timed out" in str(caught.value)
+    assert "did not answer within" not in str(caught.value)

@@ -109,6 +109,23 @@ def _quiet_fold_warnings() -> Iterator[None]:
     logger.setLevel(level)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _retries_do_not_sleep() -> Iterator[None]:
+    """The strategies here build their Summarizer with the default backoff (1 s, doubling) and
+    the fake model raises transient errors on schedule: the retries happen, without the wall-clock
+    waits (about 30 s per test at 500 examples). What a retry waits is tested in
+    test_hardening_summarizer.py."""
+
+    async def no_async_sleep(seconds: float) -> None:
+        return None
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(Summarizer, "sleep", staticmethod(lambda seconds: None))
+    patch.setattr(Summarizer, "asleep", staticmethod(no_async_sleep))
+    yield
+    patch.undo()
+
+
 TAG = "lmx_test_marker"  # response_metadata key holding a message's marker number
 SUMMARY_ID = "langmem-ext-summary"  # id of the summary HumanMessage (placement="human")
 _MARK = re.compile(r"mk(\d+):")
