@@ -138,9 +138,9 @@ class CountingTiktokenCounter(TiktokenCounter):
         self.stats.encodes += 1
         return super().count_text(text)
 
-    def _count(self, message: BaseMessage) -> int:
+    def count_uncached(self, message: BaseMessage) -> int:
         self.stats.messages += 1
-        return super()._count(message)
+        return super().count_uncached(message)
 
 
 def check_equivalence(messages: Sequence[BaseMessage], model: str = MODEL) -> int:

@@ -30,7 +30,8 @@ def seed_tiktoken() -> Path:
     return Path(target)
 
 
-def _version(dist: str) -> str:
+def package_version(dist: str) -> str:
+    """The installed version of distribution ``dist``, or ``"not installed"``."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -68,7 +69,7 @@ def machine_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "packages": {
-            name: _version(name)
+            name: package_version(name)
             for name in ("langmem-ext", "langchain-core", "tiktoken", "langgraph")
         },
     }

@@ -34,14 +34,11 @@ measurement to be able to show growth at all).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import random
-import shlex
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -52,14 +49,15 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from bench import run
-from bench.env import ROOT, load_average, machine_info
+from bench.common import bench_main, log_progress
+from bench.env import ROOT, load_average, machine_info, package_version
 
 __all__ = [
     "CONFIGS",
     "FULL",
     "QUICK",
-    "FakeSummarizer",
     "GrowthConfig",
+    "RandomWordsSummarizer",
     "main",
     "render_markdown",
     "run_growth",
@@ -122,15 +120,11 @@ FULL = GrowthConfig(
 QUICK = replace(FULL, mode="quick", turns=60, report_every=10)
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------------------------
 # the conversation, the fake summarizer and the graphs
 
 
-def _text(rng: random.Random, low: int, high: int) -> str:
+def _random_words(rng: random.Random, low: int, high: int) -> str:
     words = [rng.choice(_WORDS) for _ in range(rng.randint(low, high))]
     for _ in range(len(words) // 20):
         words[rng.randrange(len(words))] = str(rng.randint(1, 99_999))
@@ -142,14 +136,14 @@ def conversation(config: GrowthConfig) -> list[tuple[HumanMessage, AIMessage]]:
     rng = random.Random(config.seed)
     return [
         (
-            HumanMessage(_text(rng, *config.human_words), id=f"h{i}"),
-            AIMessage(_text(rng, *config.ai_words), id=f"a{i}"),
+            HumanMessage(_random_words(rng, *config.human_words), id=f"h{i}"),
+            AIMessage(_random_words(rng, *config.ai_words), id=f"a{i}"),
         )
         for i in range(config.turns)
     ]
 
 
-class FakeSummarizer:
+class RandomWordsSummarizer:
     """A deterministic summarizer: ~``summary_tokens`` tokens (4 characters each), numbered."""
 
     def __init__(self, summary_tokens: int, seed: int = 0) -> None:
@@ -201,7 +195,7 @@ def build_graph(kind: str, config: GrowthConfig, checkpointer: Any) -> tuple[Any
     if kind == "none":
         builder.add_edge(START, "model")
     else:
-        summarizer = FakeSummarizer(config.summary_tokens, config.seed)
+        summarizer = RandomWordsSummarizer(config.summary_tokens, config.seed)
         strategy = SummaryBuffer(config.max_tokens, summarizer=summarizer)
         builder.add_node("memory", MemoryNode(strategy, mode=kind))  # type: ignore[arg-type]
         builder.add_edge(START, "memory")
@@ -390,7 +384,7 @@ def evaluate_targets(configs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def run_growth(
-    config: GrowthConfig, log: Callable[[str], None] = _log, command: str = ""
+    config: GrowthConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
     """Run the three configurations side by side; returns the JSON-ready results with targets."""
     started = time.perf_counter()
@@ -427,7 +421,9 @@ def run_growth(
         for r in runs:
             configs[r.kind] = _summary(r, config, r.finish())
     machine = machine_info()
-    machine["packages"]["langgraph-checkpoint-sqlite"] = _version("langgraph-checkpoint-sqlite")
+    machine["packages"]["langgraph-checkpoint-sqlite"] = package_version(
+        "langgraph-checkpoint-sqlite"
+    )
     machine["sqlite"] = sqlite3.sqlite_version
     results: dict[str, Any] = {
         "meta": {
@@ -450,15 +446,6 @@ def run_growth(
     results["meta"]["runtime_s"] = time.perf_counter() - started
     results["meta"]["load_average_end"] = load_average()
     return results
-
-
-def _version(dist: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 # --------------------------------------------------------------------------------------------
@@ -587,34 +574,21 @@ def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.growth",
+    return bench_main(
+        argv,
+        module="bench.growth",
         description=(
             "Benchmark the growth of SqliteSaver checkpoints with no memory and with MemoryNode "
             "in view and rewrite mode."
         ),
+        quick_help="smoke run: 60 turns (~10 s)",
+        seed_help="seed of the conversation (0)",
+        configs=(FULL, QUICK),
+        run=run_growth,
+        write=write_results,
+        stem=lambda mode: "growth" if mode == "full" else f"growth_{mode}",
+        default_out=DEFAULT_OUT,
     )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 60 turns (~10 s)")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        help=f"directory for the results (default: {DEFAULT_OUT.relative_to(ROOT)})",
-    )
-    parser.add_argument("--seed", type=int, default=None, help="seed of the conversation (0)")
-    args = parser.parse_args(argv)
-    config = QUICK if args.quick else FULL
-    if args.seed is not None:
-        config = replace(config, seed=args.seed)
-    command = shlex.join(
-        ["python", "-m", "bench.growth", *(sys.argv[1:] if argv is None else argv)]
-    )
-    results = run_growth(config, command=command)
-    stem = "growth" if config.mode == "full" else f"growth_{config.mode}"
-    md_path, json_path = write_results(results, args.out, stem)
-    print(md_path.read_text(encoding="utf-8"))
-    _log(f"[growth] wrote {md_path} and {json_path} in {results['meta']['runtime_s']:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from langchain_core.messages import BaseMessage, HumanMessage, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
 
+from bench.common import is_prefix
 from bench.counters import (
     MODEL,
     CountingTiktokenCounter,
@@ -233,10 +234,6 @@ class _Recounter:
         return count_tokens_approximately(view)
 
 
-def _is_prefix(prev: list[BaseMessage], new: list[BaseMessage]) -> bool:
-    return len(prev) <= len(new) and all(a is b for a, b in zip(prev, new, strict=False))
-
-
 def _analyse(method: LoopMethod, run: _Pass) -> dict[str, Any]:
     recount = _Recounter()
     costs = [recount.cost(method, view) for view in run.views]
@@ -253,7 +250,7 @@ def _analyse(method: LoopMethod, run: _Pass) -> dict[str, Any]:
         for view, human in zip(run.views, run.newest_human, strict=True)
     )
     turns = max(len(run.views) - 1, 0)
-    kept = sum(_is_prefix(a, b) for a, b in zip(run.views, run.views[1:], strict=False))
+    kept = sum(is_prefix(a, b) for a, b in zip(run.views, run.views[1:], strict=False))
     reports = [r for r in run.reports if r is not None]
     validity: dict[str, Any] = {
         "views": len(run.views),

@@ -7,7 +7,13 @@ from typing import Any
 from bench.loop import hysteresis_key
 from bench.static import STATIC_METHODS
 
-__all__ = ["evaluate_targets", "format_seconds", "render_markdown"]
+__all__ = [
+    "evaluate_targets",
+    "format_load",
+    "format_seconds",
+    "provenance_lines",
+    "render_markdown",
+]
 
 WARM_SCALING_LIMIT = 2.0
 LOOP_SPEEDUP_TARGET = 100.0
@@ -336,14 +342,27 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _load(values: list[float] | None) -> str:
+def format_load(values: list[float] | None) -> str:
+    """Load averages as ``"1.00 / 0.50 / 0.25"`` (``"n/a"`` where the OS gives none)."""
     return " / ".join(f"{v:.2f}" for v in values) if values else "n/a"
+
+
+def provenance_lines(meta: dict[str, Any]) -> list[str]:
+    """The report lines saying when, how and on what a run was made (its ``meta``): the run
+    (time, mode, runtime, command), the machine, and Python with the compared packages."""
+    machine = meta["machine"]
+    packages = ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
+    return [
+        f"- Run: {meta['started_utc']} UTC, {meta['mode']} mode, total runtime "
+        f"{meta['runtime_s']:.0f} s (`{meta['command']}`)",
+        f"- Machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} "
+        f"usable), {machine['platform']}",
+        f"- Python {machine['python']} ({machine['implementation']}); {packages}",
+    ]
 
 
 def render_markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
-    machine = meta["machine"]
-    packages = ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
     lines = [
         "# langmem_ext benchmark: TokenBudget vs trim_messages",
         "",
@@ -355,13 +374,11 @@ def render_markdown(results: dict[str, Any]) -> str:
             "",
         ]
     lines += [
-        f"- Run: {meta['started_utc']} UTC, {meta['mode']} mode, total runtime "
-        f"{meta['runtime_s']:.0f} s (`{meta['command']}`)",
-        f"- Machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} "
-        f"usable), {machine['platform']}",
-        f"- Python {machine['python']} ({machine['implementation']}); {packages}",
-        f"- Load average (1/5/15 min) at start {_load(meta.get('load_average_start'))}, at end "
-        f"{_load(meta.get('load_average_end'))}: other work on the machine skews the timings",
+        *provenance_lines(meta),
+        "- Load average (1/5/15 min) at start "
+        f"{format_load(meta.get('load_average_start'))}, at end "
+        f"{format_load(meta.get('load_average_end'))}: "
+        "other work on the machine skews the timings",
         f"- Seeds: static histories seed={results['static']['seed']}, agent loop "
         f"seed={results['loop']['seed']}",
         f"- Exact counter check: the benchmark's uncached tiktoken counter equals "

@@ -44,12 +44,9 @@ queries and the index-time turns afresh.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import math
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -60,7 +57,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from bench import run
-from bench.env import ROOT, load_average, machine_info, seed_tiktoken
+from bench.common import bench_main, log_progress
+from bench.env import ROOT, load_average, machine_info, package_version, seed_tiktoken
 from bench.retrieval_data import (
     Conversation,
     PlantedSettings,
@@ -137,10 +135,6 @@ QUICK = replace(
     latency_queries=8,
     index_turns=8,
 )
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,14 +399,14 @@ def _e2e_configs() -> list[_E2E]:
 def _strategy(
     spec: _E2E, config: RetrievalBenchConfig, counter: Any, embeddings: CachedEmbeddings
 ) -> Any:
-    from bench.growth import FakeSummarizer
+    from bench.growth import RandomWordsSummarizer
     from langmem_ext import SummaryBuffer, TokenBudget
     from langmem_ext.keys import MemoryKey
 
     if spec.inner == "Summary":
         inner: Any = SummaryBuffer(
             config.budget,
-            summarizer=FakeSummarizer(config.summary_tokens),
+            summarizer=RandomWordsSummarizer(config.summary_tokens),
             max_summary_tokens=config.summary_tokens * 2,
             counter=counter,
         )
@@ -635,7 +629,7 @@ def _texts_to_embed(conversations: Iterable[Conversation], replayed: Conversatio
 
 
 def run_retrieval(
-    config: RetrievalBenchConfig, log: Callable[[str], None] = _log, command: str = ""
+    config: RetrievalBenchConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
     """Sections 1-4 under ``config``; returns the results (JSON-ready, targets evaluated)."""
     seed_tiktoken()
@@ -751,7 +745,7 @@ def run_retrieval(
 
     machine = machine_info()
     for dist in ("onnxruntime", "cri-benchmark"):
-        machine["packages"][dist] = _version(dist)
+        machine["packages"][dist] = package_version(dist)
     results: dict[str, Any] = {
         "meta": {
             "mode": config.mode,
@@ -794,15 +788,6 @@ def _grouped(
     for row in rows:
         groups.setdefault(key(row), []).append(row)
     return {name: groups[name] for name in sorted(groups, key=_order)}
-
-
-def _version(dist: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 HEADLINE = "TokenBudget + Retrieval hybrid, neighbors=1"
@@ -1195,35 +1180,20 @@ def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.retrieval",
+    return bench_main(
+        argv,
+        module="bench.retrieval",
         description=(
             "Benchmark retrieval memory: recall@k of evicted evidence (dense, BM25, hybrid), "
             "evidence available at a fixed budget, tokens added, latency."
         ),
+        quick_help="smoke run: CRI's first 600 messages, one 200-message planted conversation",
+        configs=(FULL, QUICK),
+        run=run_retrieval,
+        write=write_results,
+        stem=lambda mode: "retrieval" if mode == "full" else f"retrieval_{mode}",
+        default_out=DEFAULT_OUT,
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run: CRI's first 600 messages, one 200-message planted conversation",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        help=f"directory for the results (default: {DEFAULT_OUT.relative_to(ROOT)})",
-    )
-    args = parser.parse_args(argv)
-    config = QUICK if args.quick else FULL
-    command = shlex.join(
-        ["python", "-m", "bench.retrieval", *(sys.argv[1:] if argv is None else argv)]
-    )
-    results = run_retrieval(config, command=command)
-    stem = "retrieval" if config.mode == "full" else f"retrieval_{config.mode}"
-    md_path, json_path = write_results(results, args.out, stem)
-    print(md_path.read_text(encoding="utf-8"))
-    _log(f"[retrieval] wrote {md_path} and {json_path} in {results['meta']['runtime_s']:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,18 +7,16 @@ for ``--quick``).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import math
-import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_main, log_progress
 from bench.env import ROOT, load_average, machine_info, seed_tiktoken
 
 __all__ = ["FULL", "QUICK", "BenchConfig", "main", "run_benchmark", "write_results"]
@@ -73,12 +71,8 @@ QUICK = replace(
 )
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def run_benchmark(
-    config: BenchConfig, log: Callable[[str], None] = _log, command: str = ""
+    config: BenchConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
     """Run sections A-D under ``config``; returns the results (JSON-ready, targets evaluated)."""
     seed_tiktoken()  # before anything loads a tiktoken encoding
@@ -177,31 +171,15 @@ def write_results(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench",
+    return bench_main(
+        argv,
+        module="bench",
         description="Benchmark langmem_ext's TokenBudget against langchain-core's trim_messages.",
+        quick_help="smoke run: n = 100 and 1,000, a 300-message loop, 1 repetition (~30 s)",
+        seed_help="seed for every history (0)",
+        configs=(FULL, QUICK),
+        run=run_benchmark,
+        write=write_results,
+        stem=lambda mode: "latest" if mode == "full" else "quick",
+        default_out=DEFAULT_OUT,
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run: n = 100 and 1,000, a 300-message loop, 1 repetition (~30 s)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        help=f"directory for the results (default: {DEFAULT_OUT.relative_to(ROOT)})",
-    )
-    parser.add_argument("--seed", type=int, default=None, help="seed for every history (0)")
-    args = parser.parse_args(argv)
-    config = QUICK if args.quick else FULL
-    if args.seed is not None:
-        config = replace(config, seed=args.seed)
-    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
-    results = run_benchmark(config, command=command)
-    md_path, json_path = write_results(
-        results, args.out, "latest" if config.mode == "full" else "quick"
-    )
-    print(md_path.read_text(encoding="utf-8"))
-    _log(f"[bench] wrote {md_path} and {json_path} in {results['meta']['runtime_s']:.0f} s")
-    return 0

@@ -35,13 +35,9 @@ time subtracted).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import importlib.metadata
 import re
-import shlex
 import statistics
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -62,14 +58,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict
 
 from bench import run
-from bench.env import ROOT, load_average, machine_info
-from bench.report import format_seconds
+from bench.common import bench_main, is_prefix, log_progress
+from bench.env import ROOT, load_average, machine_info, package_version
+from bench.report import format_load, format_seconds, provenance_lines
 from bench.timing import gc_paused
 
 __all__ = [
     "FULL",
     "QUICK",
-    "FakeSummarizer",
+    "MarkerTrackingSummarizer",
     "SummariesConfig",
     "main",
     "render_markdown",
@@ -113,10 +110,6 @@ FULL = SummariesConfig(
     timing_reps=3,
 )
 QUICK = replace(FULL, mode="quick", loop_n=300, timing_reps=1)
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,7 +202,7 @@ def _as_messages(prompt: Any) -> list[BaseMessage]:
 
 
 @dataclass
-class FakeSummarizer:
+class MarkerTrackingSummarizer:
     """Deterministic stand-in for a summarizing model that records what it was shown.
 
     Call it with the prompt (a list of messages, a string or a prompt value). It counts the call,
@@ -249,7 +242,7 @@ class FakeSummarizer:
 
 
 class FakeChatModel(BaseChatModel):
-    """A LangChain chat model whose answer comes from a :class:`FakeSummarizer`."""
+    """A LangChain chat model whose answer comes from a :class:`MarkerTrackingSummarizer`."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -283,7 +276,7 @@ class Tool:
     label: str
     max_tokens: int
     summary_budget: int
-    fake: FakeSummarizer
+    fake: MarkerTrackingSummarizer
     step: Callable[[list[BaseMessage]], list[BaseMessage]]
     #: langmem_ext only: the strategy (for its config, state and reports)
     strategy: Any = None
@@ -293,7 +286,7 @@ class Tool:
 def _langmem_ext_tool(kind: str, budget: int, config: SummariesConfig) -> Tool:
     from langmem_ext import ApproximateCounter, Compacting, SummaryBuffer, TieredSummary
 
-    fake = FakeSummarizer()
+    fake = MarkerTrackingSummarizer()
     strategy: SummaryBuffer | Compacting | TieredSummary
     if kind == "SummaryBuffer":
         strategy = SummaryBuffer(
@@ -337,10 +330,18 @@ def _langmem_ext_tool(kind: str, budget: int, config: SummariesConfig) -> Tool:
     return tool
 
 
+def _other_library_fake(config: SummariesConfig) -> MarkerTrackingSummarizer:
+    """The fake summarizer of the langmem and langchain tools: both get the same summary size,
+    ``summary_fill`` of ``config.max_summary_tokens``."""
+    return MarkerTrackingSummarizer(
+        summary_tokens=int(config.max_summary_tokens * config.summary_fill)
+    )
+
+
 def _langmem_tool(budget: int, config: SummariesConfig) -> Tool:
     from langmem.short_term import RunningSummary, summarize_messages
 
-    fake = FakeSummarizer(summary_tokens=int(config.max_summary_tokens * config.summary_fill))
+    fake = _other_library_fake(config)
     model = FakeChatModel(fake=fake)
     running: list[RunningSummary | None] = [None]
 
@@ -372,7 +373,7 @@ def _middleware_tool(budget: int, config: SummariesConfig) -> Tool:
     from langchain.agents.middleware import SummarizationMiddleware
     from langgraph.graph.message import add_messages
 
-    fake = FakeSummarizer(summary_tokens=int(config.max_summary_tokens * config.summary_fill))
+    fake = _other_library_fake(config)
     middleware: SummarizationMiddleware[Any, Any, Any] = SummarizationMiddleware(
         FakeChatModel(fake=fake), trigger=("tokens", budget)
     )
@@ -422,10 +423,6 @@ def tool_factories(config: SummariesConfig) -> list[Callable[[], Tool]]:
 
 # --------------------------------------------------------------------------------------------
 # one run of one tool over the loop
-
-
-def _is_prefix(prev: Sequence[BaseMessage], new: Sequence[BaseMessage]) -> bool:
-    return len(prev) <= len(new) and all(a is b or a == b for a, b in zip(prev, new, strict=False))
 
 
 def _newest_human(history: Sequence[BaseMessage]) -> BaseMessage | None:
@@ -482,7 +479,7 @@ def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
             if human is not None and not any(m is human or m == human for m in view):
                 newest_missing += 1
             if previous is not None:
-                if _is_prefix(previous, view):
+                if is_prefix(previous, view):
                     prefix_kept += 1
                 else:
                     breaks["summarizing" if summarized else "other"] += 1
@@ -722,17 +719,12 @@ def _source() -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    out = {}
-    for name in ("langmem-ext", "langmem", "langchain", "langchain-core", "langgraph"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+    names = ("langmem-ext", "langmem", "langchain", "langchain-core", "langgraph")
+    return {name: package_version(name) for name in names}
 
 
 def run_summaries(
-    config: SummariesConfig, log: Callable[[str], None] = _log, command: str = ""
+    config: SummariesConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
     """Run every tool over the same marked loop; returns the JSON-ready results with targets."""
     started = time.perf_counter()
@@ -808,18 +800,12 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def _load(values: list[float] | None) -> str:
-    return " / ".join(f"{v:.2f}" for v in values) if values else "n/a"
-
-
 def _name(t: dict[str, Any]) -> str:
     return f"{t['label']} @ {t['max_tokens']:,}"
 
 
 def render_markdown(results: dict[str, Any]) -> str:
     meta, conv, tools = results["meta"], results["conversation"], results["tools"]
-    machine = meta["machine"]
-    packages = ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
     cfg = meta["config"]
     lines = ["# Summarizing memory: langmem_ext vs langmem vs SummarizationMiddleware", ""]
     if meta["mode"] != "full":
@@ -829,19 +815,16 @@ def render_markdown(results: dict[str, Any]) -> str:
             "",
         ]
     lines += [
-        f"- Run: {meta['started_utc']} UTC, {meta['mode']} mode, total runtime "
-        f"{meta['runtime_s']:.0f} s (`{meta['command']}`)",
-        f"- Machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} "
-        f"usable), {machine['platform']}",
-        f"- Python {machine['python']} ({machine['implementation']}); {packages}",
+        *provenance_lines(meta),
         f"- Source: commit {meta['source']['commit']}"
         + (
             " with uncommitted changes in langmem_ext"
             if meta["source"]["langmem_ext_modified"]
             else ""
         ),
-        f"- Load average (1/5/15 min) at start {_load(meta.get('load_average_start'))}, at end "
-        f"{_load(meta.get('load_average_end'))}",
+        "- Load average (1/5/15 min) at start "
+        f"{format_load(meta.get('load_average_start'))}, at end "
+        f"{format_load(meta.get('load_average_end'))}",
         f"- Loop: `agent_loop({conv['loop_n']:,}, seed={conv['seed']})`: "
         f"{conv['model_calls']:,} model calls; at the last one the history holds "
         f"{conv['messages']:,} conversation messages of **{conv['tokens']:,} tokens** (the "
@@ -1103,36 +1086,21 @@ def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.summaries",
+    return bench_main(
+        argv,
+        module="bench.summaries",
         description=(
             "Benchmark langmem_ext's summarizing strategies against langmem's "
             "summarize_messages and langchain's SummarizationMiddleware."
         ),
+        quick_help="smoke run: a 300-message loop (~20 s)",
+        seed_help="seed of the agent loop (0)",
+        configs=(FULL, QUICK),
+        run=run_summaries,
+        write=write_results,
+        stem=lambda mode: "summaries" if mode == "full" else f"summaries_{mode}",
+        default_out=DEFAULT_OUT,
     )
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke run: a 300-message loop (~20 s)"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        help=f"directory for the results (default: {DEFAULT_OUT.relative_to(ROOT)})",
-    )
-    parser.add_argument("--seed", type=int, default=None, help="seed of the agent loop (0)")
-    args = parser.parse_args(argv)
-    config = QUICK if args.quick else FULL
-    if args.seed is not None:
-        config = replace(config, seed=args.seed)
-    command = shlex.join(
-        ["python", "-m", "bench.summaries", *(sys.argv[1:] if argv is None else argv)]
-    )
-    results = run_summaries(config, command=command)
-    stem = "summaries" if config.mode == "full" else f"summaries_{config.mode}"
-    md_path, json_path = write_results(results, args.out, stem)
-    print(md_path.read_text(encoding="utf-8"))
-    _log(f"[summaries] wrote {md_path} and {json_path} in {results['meta']['runtime_s']:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

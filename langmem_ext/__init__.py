@@ -7,24 +7,26 @@ retrieve so that every request is valid for the provider and within budget.
 from langmem_ext.engine import Strategy
 from langmem_ext.errors import (
     ContextOverflowError,
+    GraphSchemaError,
     InvalidHistoryError,
     InvalidStateError,
     LangmemExtError,
     MemoryBudgetExceeded,
+    MissingKeyError,
+    SummarizerError,
     TokenizerUnavailableError,
 )
 from langmem_ext.graph import (
-    GraphSchemaError,
     GraphSchemaWarning,
     MemoryAgentState,
     MemoryMessagesState,
     MemoryNode,
 )
 from langmem_ext.history import ManagedChatMessageHistory
-from langmem_ext.keys import MemoryKey, MissingKeyError
+from langmem_ext.keys import MemoryKey
 from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
 from langmem_ext.result import MemoryReport, MemoryResult
-from langmem_ext.retrieval import Retrieval
+from langmem_ext.retrieval import Retrieval, RetrievalConfig
 from langmem_ext.state import MemoryState
 from langmem_ext.strategies import (
     Compacting,
@@ -33,9 +35,10 @@ from langmem_ext.strategies import (
     TieredSummary,
     TokenBudget,
 )
-from langmem_ext.summarize import Summarizer, SummarizerError
+from langmem_ext.summarize import Summarizer
 from langmem_ext.tokens import (
     ApproximateCounter,
+    CachedCounter,
     CallableCounter,
     ChatModelCounter,
     TiktokenCounter,
@@ -47,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ApproximateCounter",
+    "CachedCounter",
     "CallableCounter",
     "ChatModelCounter",
     "Compacting",
@@ -69,6 +73,7 @@ __all__ = [
     "MemoryState",
     "MissingKeyError",
     "Retrieval",
+    "RetrievalConfig",
     "SlidingWindow",
     "Strategy",
     "Summarizer",

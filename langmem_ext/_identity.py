@@ -84,7 +84,8 @@ def _calls_part(message: BaseMessage) -> Any:
     return valid, invalid
 
 
-def _extra(message: BaseMessage) -> str | None:
+def _type_specific_field(message: BaseMessage) -> str | None:
+    """The one field of a ToolMessage (its call id) or ChatMessage (its role) that counts."""
     # isinstance checks: getattr with a default on a pydantic model that lacks the field goes
     # through its slow __getattr__, and this runs for every message of every view.
     if isinstance(message, ToolMessage):
@@ -101,7 +102,7 @@ def fingerprint(message: BaseMessage) -> int:
             message.type,
             freeze(message.content),
             message.name,
-            _extra(message),
+            _type_specific_field(message),
             _calls_part(message),
         )
     )

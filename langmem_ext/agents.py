@@ -30,8 +30,9 @@ from langgraph.config import get_config
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
+from langmem_ext._state import removals_for_rewrite as removals
 from langmem_ext.engine import Strategy
-from langmem_ext.graph import Mode, removals
+from langmem_ext.graph import Mode
 from langmem_ext.keys import MemoryKey
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState

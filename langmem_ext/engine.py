@@ -1,10 +1,12 @@
 """The drivers: one sync and one async entry point around the same pure plan.
 
 A strategy's plan is a generator (:mod:`langmem_ext.fold`): it yields a
-:class:`~langmem_ext.fold.FoldRequest` when it needs the summarizer and returns the
+:class:`~langmem_ext.fold.FoldRequest` when it needs the summarizer, receives one of the closed
+set of outcomes (:class:`~langmem_ext._state.Folded`, :class:`~langmem_ext._state.FoldFailed`,
+:class:`~langmem_ext._state.FoldDeferred`) and returns the
 :class:`~langmem_ext.result.MemoryResult`. ``apply`` fulfils requests with ``Summarizer.fold``,
-``aapply`` with ``Summarizer.afold``; nothing else differs. A plan that needs no summarizer
-(TokenBudget, SlidingWindow) simply never yields.
+``aapply`` with ``Summarizer.afold``, ``view`` defers them; nothing else differs. A plan that
+needs no summarizer (TokenBudget, SlidingWindow) simply never yields.
 
 Planning is CPU-only for every local counter, so ``aapply`` runs it inline; when the counter may
 do network I/O (``is_blocking``, e.g. a chat model's provider-side token counting), ``aapply``
@@ -25,7 +27,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from langmem_ext.fold import FoldOutcome, FoldRequest
+from langmem_ext._state import FoldDeferred, Folded, FoldFailed, FoldOutcome
+from langmem_ext.fold import FoldRequest
 from langmem_ext.keys import MemoryKey
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import Health, MemoryState
@@ -70,14 +73,24 @@ class Strategy(ABC):
 
     # -- sync -------------------------------------------------------------------------------------
 
-    def _fold(self, request: FoldRequest) -> FoldOutcome:
+    def _begin(
+        self, messages: Sequence[BaseMessage], state: StateLike, extra_tokens: int
+    ) -> tuple[MemoryState, Plan]:
+        """The caller's state, read, and this turn's plan (not started yet)."""
+        before = MemoryState.coerce(state)
+        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
+        return before, plan
+
+    def _summarizer(self) -> Summarizer:
         if self.summarizer is None:  # pragma: no cover - a plan only asks when it has one
             raise RuntimeError(f"{type(self).__name__} asked to fold without a summarizer")
+        return self.summarizer
+
+    def _fold(self, request: FoldRequest) -> FoldOutcome:
         try:
-            return FoldOutcome(self.summarizer.fold(request.previous, request.messages))
+            return Folded(self._summarizer().fold(request.previous, request.messages))
         except Exception as error:  # any failure: the plan keeps everything unfolded
-            logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
-            return FoldOutcome(error=error)
+            return _failed(error)
 
     def apply(
         self,
@@ -97,8 +110,7 @@ class Strategy(ABC):
         whose memory this is (strategies with memory outside the state, like ``Retrieval``, use
         it; the others ignore it). The surfaces pass it from their config.
         """
-        before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
+        before, plan = self._begin(messages, state, extra_tokens)
         request, result = _advance(plan, None)
         while result is None:
             assert request is not None
@@ -109,13 +121,10 @@ class Strategy(ABC):
     # -- async ------------------------------------------------------------------------------------
 
     async def _afold(self, request: FoldRequest) -> FoldOutcome:
-        if self.summarizer is None:  # pragma: no cover
-            raise RuntimeError(f"{type(self).__name__} asked to fold without a summarizer")
         try:
-            return FoldOutcome(await self.summarizer.afold(request.previous, request.messages))
-        except Exception as error:
-            logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
-            return FoldOutcome(error=error)
+            return Folded(await self._summarizer().afold(request.previous, request.messages))
+        except Exception as error:  # any failure: the plan keeps everything unfolded
+            return _failed(error)
 
     async def aapply(
         self,
@@ -127,8 +136,7 @@ class Strategy(ABC):
     ) -> MemoryResult:
         """Async :meth:`apply`: the same plan; the summarizer is awaited, and counting runs off
         the event loop when the counter does I/O. Cancelling it leaves ``state`` untouched."""
-        before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
+        before, plan = self._begin(messages, state, extra_tokens)
         blocking = bool(getattr(self.counter, "is_blocking", False))
 
         async def step(value: FoldOutcome | None) -> tuple[FoldRequest | None, MemoryResult | None]:
@@ -158,11 +166,10 @@ class Strategy(ABC):
         is deferred (not counted as a failure): the view then shows the summary so far, the
         newest messages that fit and a note with the number of messages not shown. The
         returned ``state`` is informational; readers should not store it."""
-        before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
+        _, plan = self._begin(messages, state, extra_tokens)
         _, result = _advance(plan, None)
         while result is None:
-            _, result = _advance(plan, FoldOutcome(deferred=True))
+            _, result = _advance(plan, FoldDeferred())
         return result
 
     async def aview(
@@ -192,6 +199,11 @@ class Strategy(ABC):
                 callback(*args)
             except Exception:
                 logger.exception("langmem_ext: a %s callback raised; ignored", type(self).__name__)
+
+
+def _failed(error: Exception) -> FoldFailed:
+    logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
+    return FoldFailed(error)
 
 
 def _advance(

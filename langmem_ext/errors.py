@@ -1,15 +1,44 @@
-"""Exceptions. Each one names the problem and carries the numbers as attributes."""
+"""Exceptions: one hierarchy, every class defined here. Each one names the problem and carries
+the numbers as attributes.
+
+Every exception this package raises on purpose derives from :class:`LangmemExtError`, and also
+from the builtin a caller would naturally catch, so ``except ValueError`` keeps working::
+
+    LangmemExtError
+    ├── ContextOverflowError (ValueError)      the required messages do not fit the budget
+    │   └── MemoryBudgetExceeded               ... with the summary (summarizing strategies)
+    ├── InvalidHistoryError (ValueError)       a history holds what no model may be sent
+    ├── InvalidStateError (ValueError)         a MemoryState (or its dict) is not valid
+    ├── StoredStateError (ValueError)          a store holds what the legacy class did not write
+    ├── GraphSchemaError (ValueError)          a graph state lacks a channel the node writes
+    ├── MissingKeyError (KeyError)             a memory-key part is missing and may not default
+    ├── SummarizerError (RuntimeError)         a fold failed after retries and the fallback
+    ├── TokenizerUnavailableError (RuntimeError) a tokenizer could not be loaded
+    ├── EmbeddingDependencyError (ImportError) a runtime package of the local embedder is missing
+    └── EmbeddingModelNotFoundError (FileNotFoundError) its model files are nowhere to be found
+
+The modules that raise them re-export them under their old names (``langmem_ext.keys.
+MissingKeyError``, ``langmem_ext.summarize.SummarizerError`` ...), so existing imports keep
+working; ``from langmem_ext import ...`` is the public way.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "ContextOverflowError",
+    "EmbeddingDependencyError",
+    "EmbeddingModelNotFoundError",
+    "GraphSchemaError",
     "InvalidHistoryError",
     "InvalidStateError",
     "LangmemExtError",
     "MemoryBudgetExceeded",
+    "MissingKeyError",
+    "StoredStateError",
+    "SummarizerError",
     "TokenizerUnavailableError",
 ]
 
@@ -90,3 +119,83 @@ class MemoryBudgetExceeded(ContextOverflowError):
         #: the MemoryState after this turn (a fold may have succeeded before the view overflowed):
         #: store it like ``result.state`` so the summarizer's work is not lost
         self.state: Any = None
+
+
+class StoredStateError(LangmemExtError, ValueError):
+    """The store holds something that is not a state this class wrote (or a newer version)."""
+
+
+class GraphSchemaError(LangmemExtError, ValueError):
+    """A :class:`MemoryNode` runs in a graph whose state lacks a channel it must write to, so
+    LangGraph would silently drop the write and the model would not get the view (or a summary
+    would be lost). ``channel`` is the missing key, ``node`` the node's name in the graph."""
+
+    def __init__(self, message: str, *, channel: str, node: str | None) -> None:
+        super().__init__(message)
+        self.channel = channel
+        self.node = node
+
+
+class MissingKeyError(LangmemExtError, KeyError):
+    """A part of the memory key was not given, and falling back to a shared default is not
+    allowed (``require_explicit_key=True``, or memory outside the graph state at that scope)."""
+
+    def __init__(
+        self,
+        missing: tuple[str, ...],
+        looked_in: Mapping[str, tuple[str, ...]],
+        *,
+        reason: str = "require_explicit_key=True",
+    ) -> None:
+        fields = "; ".join(f"{part}: one of {', '.join(looked_in[part])}" for part in missing)
+        super().__init__(
+            f"memory key incomplete: {', '.join(missing)} not given and {reason} "
+            f"(config['configurable'] fields - {fields})"
+        )
+        self.missing = missing
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class SummarizerError(LangmemExtError, RuntimeError):
+    """A fold failed after retries (and after the fallback, if any). Nothing was folded.
+
+    ``section`` is the summary section being written; ``attempts`` is the number of requests
+    actually made for the failing call; ``retry_after`` is the wait (seconds) the provider asked
+    for in its last answer, if it asked (a caller scheduling its next try should not come back
+    sooner).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        section: str | None = None,
+        attempts: int = 0,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.section = section
+        self.attempts = attempts
+        self.retry_after = retry_after
+
+
+class EmbeddingDependencyError(LangmemExtError, ImportError):
+    """A runtime package of :class:`LocalMiniLMEmbeddings` (numpy, tokenizers, onnxruntime) is not
+    installed or does not import. ``missing`` names the import names; the message gives
+    :data:`INSTALL_COMMAND`."""
+
+    def __init__(self, message: str, *, missing: Sequence[str]) -> None:
+        super().__init__(message)
+        self.missing = tuple(missing)
+
+
+class EmbeddingModelNotFoundError(LangmemExtError, FileNotFoundError):
+    """The ONNX model or its ``tokenizer.json`` is neither where it was said to be nor in an
+    installed package. ``what`` is ``"model"`` or ``"tokenizer"``, ``searched`` the places tried."""
+
+    def __init__(self, message: str, *, what: str, searched: Sequence[str]) -> None:
+        super().__init__(message)
+        self.what = what
+        self.searched = tuple(searched)

@@ -2,9 +2,11 @@
 
 ``plan_fold(messages, state, config, counter, now)`` is a generator. It yields at most one
 :class:`FoldRequest` (the previous summary and the oldest messages to fold) and receives a
-:class:`FoldOutcome`; it returns the :class:`~langmem_ext.result.MemoryResult`. The drivers in
-:mod:`langmem_ext.engine` fulfil the request with the summarizer, sync or async. The plan itself
-does no I/O and reads no clock: ``now`` is passed in.
+:data:`FoldOutcome`, one of a closed set (``Folded`` / ``FoldFailed`` / ``FoldDeferred``, see
+:mod:`langmem_ext._state`, which also holds the health transition); it returns the
+:class:`~langmem_ext.result.MemoryResult`. The drivers in :mod:`langmem_ext.engine` fulfil the
+request with the summarizer, sync or async. The plan itself does no I/O and reads no clock:
+``now`` is passed in.
 
 The rules it keeps:
 
@@ -28,16 +30,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langmem_ext._fences import neutralize
 from langmem_ext._identity import KeyChain, digest
+from langmem_ext._state import (
+    Folded,
+    FoldOutcome,
+    RetryPolicy,
+    health_after,
+    may_try_fold,
+    settled,
+)
+from langmem_ext._text import longest_prefix_within
 from langmem_ext.errors import ContextOverflowError, MemoryBudgetExceeded
-from langmem_ext.messages import Unit, as_standard, ensure_message, is_system, iter_units_reverse
-from langmem_ext.plan import CutConfig, Selection, StartOn, _Walk, running_total, select_view
+from langmem_ext.messages import (
+    Unit,
+    as_standard,
+    clip_chars,
+    ensure_message,
+    is_system,
+    iter_units_reverse,
+)
+from langmem_ext.plan import (
+    CutConfig,
+    Selection,
+    ViewLimits,
+    _Walk,
+    leads,
+    require_int,
+    running_total,
+    select_view,
+)
 from langmem_ext.result import MemoryReport, MemoryResult
 from langmem_ext.state import Health, MemoryState
 from langmem_ext.tokens import TokenCounter
@@ -69,29 +96,17 @@ class FoldRequest:
     messages: tuple[BaseMessage, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class FoldOutcome:
-    """The driver's answer: the new sections, or the error that stopped the fold, or
-    ``deferred`` (a read-only call: the fold is not attempted, nothing counts as a failure)."""
-
-    sections: Mapping[str, str] | None = None
-    error: BaseException | None = None
-    deferred: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FoldConfig:
-    """The knobs of the fold stage (the strategies fill them in; see strategies.py)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FoldConfig(ViewLimits):
+    """The knobs of the fold stage (the strategies fill them in; see strategies.py). The view's
+    limits (reserve, safety margin, ``min_messages``, ``start_on``, ``keep_system``) are
+    :class:`~langmem_ext.plan.ViewLimits`, shared with the cutting stage's
+    :class:`~langmem_ext.plan.CutConfig`."""
 
     max_tokens: int
     trigger_tokens: int
     target_tokens: int
     max_summary_tokens: int
-    reserve_tokens: int = 0
-    safety_margin: float = 0.0
-    min_messages: int = 1
-    start_on: StartOn = "human"
-    keep_system: bool = True
     overflow: SummaryOverflow = "truncate_summary"
     placement: Placement = "system"
     #: TieredSummary: clip large bodies of older messages once the view passes this
@@ -103,11 +118,11 @@ class FoldConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "trigger_tokens", "target_tokens", "max_summary_tokens"):
-            _check_int(name, getattr(self, name), 1)
+            require_int(name, getattr(self, name), 1)
         for name in ("degrade_after", "truncate_chars"):
-            _check_int(name, getattr(self, name), 1)
+            require_int(name, getattr(self, name), 1)
         if self.clip_tokens is not None:
-            _check_int("clip_tokens", self.clip_tokens, 1)
+            require_int("clip_tokens", self.clip_tokens, 1)
         for name in ("retry_initial", "retry_max"):
             value = getattr(self, name)
             if (
@@ -120,7 +135,7 @@ class FoldConfig:
                     f"{name} must be a finite number of seconds > 0, got {value!r} (it sets when "
                     "a failed summarizer is tried again)"
                 )
-        self.cut()  # validates reserve_tokens, safety_margin, min_messages, start_on now
+        self._check_limits(self.max_tokens)
         if not 0 < self.target_tokens <= self.trigger_tokens <= self.max_tokens:
             raise ValueError(
                 f"need 0 < target_tokens ({self.target_tokens:,}) <= trigger ("
@@ -139,28 +154,16 @@ class FoldConfig:
         if self.placement not in ("system", "human"):
             raise ValueError(f"placement must be 'system' or 'human', got {self.placement!r}")
 
-    def cut(self, **changes: object) -> CutConfig:
-        """The cutting stage's config for the view under ``max_tokens``."""
-        base = CutConfig(
-            max_tokens=self.max_tokens,
-            reserve_tokens=self.reserve_tokens,
-            safety_margin=self.safety_margin,
-            min_messages=self.min_messages,
-            start_on=self.start_on,
-            keep_system=self.keep_system,
-        )
-        return replace(base, **changes)  # type: ignore[arg-type]
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """When a failing summarizer is tried again (see :mod:`langmem_ext._state`)."""
+        return RetryPolicy(self.degrade_after, self.retry_initial, self.retry_max)
 
-    def level(self, tokens: int) -> int:
-        """A token level after the safety margin and the reserve (like CutConfig.ceiling)."""
-        ceiling = self.cut().ceiling(tokens)
-        assert ceiling is not None
-        return ceiling
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    def cut(self, **changes: Any) -> CutConfig:
+        """The cutting stage's config for the view under ``max_tokens`` (the shared limits as
+        they are here, then ``changes``)."""
+        limits = {f.name: getattr(self, f.name) for f in fields(ViewLimits)}
+        return CutConfig(max_tokens=self.max_tokens, **{**limits, **changes})
 
 
 def render_summary(sections: Mapping[str, str], note: str = "") -> str:
@@ -238,105 +241,120 @@ def _view_start(
     return b
 
 
-def _fold_boundary(
-    messages: Sequence[BaseMessage],
-    start: int,
-    count: Callable[[BaseMessage], int],
-    room: int,
-    config: FoldConfig,
-    shown: Callable[[Unit], Unit] | None,
-) -> int:
-    """Where the unfolded part should start after a fold: the oldest human-led unit such that
-    everything from it costs at most ``room``, but never inside the newest human turn or the
-    newest ``min_messages`` messages. Returns ``start`` when there is nothing to fold."""
-    units = iter_units_reverse(messages, start)
-    walk = _Walk(units if shown is None else map(shown, units), count)
-
-    def leads(unit: Unit) -> bool:
-        if config.start_on == "any":
-            return unit.kind in ("human", "ai", "tool")  # a custom role never leads a view
-        return unit.kind == "human"
-
-    p = 0
+def _fold_boundary(turn: _Turn, room: int, shown: Callable[[Unit], Unit] | None) -> int:
+    """Where the unfolded part should start after a fold: the oldest unit that may lead a view
+    such that everything from it costs at most ``room``, but never inside the newest human turn or
+    the newest ``min_messages`` messages. Returns the current boundary when there is nothing to
+    fold."""
+    start_on = turn.config.start_on
+    units = iter_units_reverse(turn.messages, turn.boundary)
+    walk = _Walk(units if shown is None else map(shown, units), turn.counter.count_message)
+    position = 0
     seen_human = False
     required: int | None = None
-    while walk.has(p):
-        unit = walk.units[p].unit
+    while walk.has(position):
+        unit = walk.units[position].unit
         seen_human = seen_human or unit.has_human
-        if seen_human and walk.cum_size[p] >= config.min_messages and leads(unit):
-            required = p
+        if (
+            seen_human
+            and walk.cum_size[position] >= turn.config.min_messages
+            and leads(unit, start_on)
+        ):
+            required = position
             break
-        p += 1
+        position += 1
     if required is None:
-        return start
+        return turn.boundary
     best = required
-    p = required + 1
-    while walk.has(p) and walk.cum_tokens[p] <= room:
-        if leads(walk.units[p].unit):
-            best = p
-        p += 1
+    position = required + 1
+    while walk.has(position) and walk.cum_tokens[position] <= room:
+        if leads(walk.units[position].unit, start_on):
+            best = position
+        position += 1
     return walk.units[best].unit.start
 
 
-def _clip_chars(message: BaseMessage, limit: int) -> BaseMessage:
-    content = message.content
-    if isinstance(content, str):
-        if len(content) <= limit:
-            return message
-        marker = f"\n[... {len(content) - limit} characters clipped by langmem_ext]"
-        return message.model_copy(update={"content": content[:limit] + marker})
-    blocks = list(content)
-    changed = False
-    for i, block in enumerate(blocks):
-        if isinstance(block, dict) and block.get("type") == "text":
-            text = str(block.get("text", ""))
-            if len(text) > limit:
-                marker = f"\n[... {len(text) - limit} characters clipped by langmem_ext]"
-                blocks[i] = {**block, "text": text[:limit] + marker}
-                changed = True
-    return message.model_copy(update={"content": blocks}) if changed else message
+@dataclass(slots=True)
+class _Turn:
+    """One call of :func:`plan_fold`: its inputs, and the two things its phases move forward,
+    the folded boundary (with the summary) and the TieredSummary clip point."""
 
+    messages: Sequence[BaseMessage]
+    config: FoldConfig
+    counter: TokenCounter
+    keys: KeyChain
+    #: index of the first message after the system message
+    body_start: int
+    #: the pinned system message (None without one, or with ``keep_system=False``)
+    system: SystemMessage | None
+    #: tokens of the whole history, and whether it was rewritten since the last turn
+    all_tokens: int
+    rewritten: bool
+    #: index of the first unfolded message, and the summary that stands for those before it
+    boundary: int
+    sections: dict[str, str]
+    folded_tokens: int
+    #: TieredSummary: messages before this index are shown with large bodies clipped
+    clip_at: int
+    memo: dict[tuple[object, ...], tuple[Selection, HumanMessage | None] | Exception] = field(
+        default_factory=dict
+    )
 
-def plan_fold(
-    messages: Sequence[BaseMessage],
-    state: MemoryState,
-    config: FoldConfig,
-    counter: TokenCounter,
-    now: float,
-) -> Generator[FoldRequest, FoldOutcome, MemoryResult]:
-    """The view for this turn, folding into the summary when over the high-water mark. Pure."""
-    n = len(messages)
-    count = counter.count_message
-    overhead = counter.count_messages(())
-    keys = KeyChain(messages)
-    all_tokens, rewritten = running_total(messages, state, count, keys)
-    has_system = n > 0 and is_system(ensure_message(messages[0], 0))
-    body_start = 1 if has_system else 0
-    system = as_standard(messages[0]) if has_system and config.keep_system else None
-    assert system is None or isinstance(system, SystemMessage)
-    b, searched = _boundary(messages, body_start, state, keys)
-    rewritten = rewritten or searched
-    folded_tokens = state.folded_tokens
-    if searched:
-        folded_tokens = sum(count(messages[i]) for i in range(body_start, b))
-    sections = dict(state.summary)
-    health: Health = state.health
-    failures, retry_at, last_error = state.failures, state.retry_at, state.last_error
-    folds, folded_now = state.folds, 0
+    @classmethod
+    def begin(
+        cls,
+        messages: Sequence[BaseMessage],
+        state: MemoryState,
+        config: FoldConfig,
+        counter: TokenCounter,
+    ) -> _Turn:
+        """Where the history stands against ``state``: totals, system message, folded boundary
+        (searched for when the history was rewritten) and clip point."""
+        n = len(messages)
+        keys = KeyChain(messages)
+        all_tokens, rewritten = running_total(messages, state, counter.count_message, keys)
+        has_system = n > 0 and is_system(ensure_message(messages[0], 0))
+        body_start = 1 if has_system else 0
+        system = as_standard(messages[0]) if has_system and config.keep_system else None
+        assert system is None or isinstance(system, SystemMessage)
+        boundary, searched = _boundary(messages, body_start, state, keys)
+        folded_tokens = state.folded_tokens
+        if searched:
+            count = counter.count_message
+            folded_tokens = sum(count(messages[i]) for i in range(body_start, boundary))
+        clip_at = body_start + state.clipped if config.clip_tokens is not None else 0
+        return cls(
+            messages,
+            config,
+            counter,
+            keys,
+            body_start,
+            system,
+            all_tokens,
+            rewritten or searched,
+            boundary,
+            dict(state.sections),
+            folded_tokens,
+            min(max(clip_at, boundary), n),
+        )
 
-    # TieredSummary: older messages (before clip_at) show large bodies clipped, no LLM call
-    clip_at = body_start + state.clipped if config.clip_tokens is not None else 0
-    clip_at = min(max(clip_at, b), n)
-    clip_moved = False
+    @property
+    def n(self) -> int:
+        return len(self.messages)
 
-    def shown_for(limit_index: int) -> Callable[[Unit], Unit] | None:
-        if config.clip_tokens is None or limit_index <= b:
+    def system_tokens(self) -> int:
+        return self.counter.count_message(self.system) if self.system is not None else 0
+
+    def shown(self) -> Callable[[Unit], Unit] | None:
+        """How a unit is shown: with large bodies clipped before the clip point (TieredSummary)."""
+        config, clip_at = self.config, self.clip_at
+        if config.clip_tokens is None or clip_at <= self.boundary:
             return None
 
         def shown(unit: Unit) -> Unit:
-            if unit.start >= limit_index:
+            if unit.start >= clip_at:
                 return unit
-            clipped = tuple(_clip_chars(m, config.truncate_chars) for m in unit.messages)
+            clipped = tuple(clip_chars(m, config.truncate_chars) for m in unit.messages)
             if all(a is c for a, c in zip(clipped, unit.messages, strict=True)):
                 return unit
             return replace(unit, messages=clipped)
@@ -344,13 +362,15 @@ def plan_fold(
         return shown
 
     def leading(
-        note: str = "", summary: Mapping[str, str] | None = None
+        self, note: str, summary: Mapping[str, str]
     ) -> tuple[SystemMessage | None, HumanMessage | None]:
-        parts = sections if summary is None else summary
-        if not any(parts.values()) and not note:
+        """The view's leading messages with ``summary`` (and ``note``) placed as configured: in
+        the system message, or in a marked HumanMessage after it."""
+        system = self.system
+        if not any(summary.values()) and not note:
             return system, None
-        block = render_summary(parts, note)
-        if config.placement == "human":
+        block = render_summary(summary, note)
+        if self.config.placement == "human":
             return system, HumanMessage(block, id=_SUMMARY_ID)
         if system is None:
             return SystemMessage(block, id=_SUMMARY_ID), None
@@ -360,136 +380,160 @@ def plan_fold(
             return system.model_copy(update={"content": blocks}), None
         return system.model_copy(update={"content": f"{text}\n\n{block}" if text else block}), None
 
-    memo: dict[tuple[object, ...], tuple[Selection, HumanMessage | None] | Exception] = {}
-
     def select(
-        start: int, note: str = "", summary: Mapping[str, str] | None = None, **cut: object
+        self, start: int, note: str = "", summary: Mapping[str, str] | None = None, **cut: Any
     ) -> tuple[Selection, HumanMessage | None]:
         """The cutting stage under the summary; memoized, since a turn asks the same twice."""
-        parts = sections if summary is None else summary
-        key = (start, note, tuple(parts.items()), tuple(sorted(cut.items())), clip_at)
-        if key not in memo:
-            sys_msg, human_summary = leading(note, parts)
-            extra = count(human_summary) if human_summary is not None else 0
-            cfg = config.cut(reserve_tokens=config.reserve_tokens + extra, **cut)
+        parts = self.sections if summary is None else summary
+        key = (start, note, tuple(parts.items()), tuple(sorted(cut.items())), self.clip_at)
+        if key not in self.memo:
+            system, human_summary = self.leading(note, parts)
+            extra = self.counter.count_message(human_summary) if human_summary is not None else 0
+            config = self.config.cut(reserve_tokens=self.config.reserve_tokens + extra, **cut)
             try:
                 chosen = select_view(
-                    messages, start, sys_msg, cfg, counter, shown=shown_for(clip_at)
+                    self.messages, start, system, config, self.counter, shown=self.shown()
                 )
-                memo[key] = (chosen, human_summary)
+                self.memo[key] = (chosen, human_summary)
             except ContextOverflowError as error:
-                memo[key] = error
-        found = memo[key]
+                self.memo[key] = error
+        found = self.memo[key]
         if isinstance(found, Exception):
             raise found
         return found
 
-    # -- 1. the view as it stands: does everything unfolded fit under the high-water mark? -----
-    def fits_all(sel: Selection, start: int) -> bool:
-        return sel.kept == n - start and sel.tokens <= config.level(config.trigger_tokens)
+    def over_trigger(self) -> bool:
+        """Whether the unfolded messages, under the summary, do not all fit under the high-water
+        mark (``trigger_tokens``)."""
+        try:
+            current, _ = self.select(self.boundary)
+        except ContextOverflowError:
+            return True
+        return current.kept != self.n - self.boundary or current.tokens > self.config.level(
+            self.config.trigger_tokens
+        )
 
-    try:
-        current, _ = select(b)
-        over = not fits_all(current, b)
-    except ContextOverflowError:
-        over = True
-
-    # TieredSummary tier 1: when the view crosses clip_tokens (it was below on the last turn),
-    # clip the large bodies of everything older than the newest turn. The clip point then holds
-    # until the next crossing, so the prompt prefix does not change on every turn.
-    if config.clip_tokens is not None and n > b:
+    def move_clip_point(self, last_view_tokens: int, over: bool) -> tuple[bool, bool]:
+        """TieredSummary tier 1: when the view crosses ``clip_tokens`` (it was below on the last
+        turn), clip the large bodies of everything older than the newest turn. The clip point then
+        holds until the next crossing, so the prompt prefix does not change on every turn.
+        Returns whether the prefix changed, and whether the view is still over the trigger."""
+        config = self.config
+        if config.clip_tokens is None or self.n <= self.boundary:
+            return False, over
         tier1 = config.level(config.clip_tokens)
         try:
-            sel, _ = select(b)
-            past_tier1 = sel.tokens > tier1 or sel.kept < n - b
+            current, _ = self.select(self.boundary)
+            past_tier1 = current.tokens > tier1 or current.kept < self.n - self.boundary
         except ContextOverflowError:
             past_tier1 = True
-        if past_tier1 and (state.view_tokens <= tier1 or over):
-            keep_from = _fold_boundary(messages, b, count, 0, config, None)
-            if keep_from > clip_at:
-                # the prefix only changes if a newly covered message is actually clipped
-                clip_moved = any(
-                    _clip_chars(m, config.truncate_chars) is not m
-                    for m in messages[clip_at:keep_from]
-                )
-                clip_at = keep_from
-                try:
-                    current, _ = select(b)
-                    over = not fits_all(current, b)
-                except ContextOverflowError:
-                    over = True
-
-    # -- 2. fold when over, if the summarizer is healthy or its backoff has passed -------------
-    may_try = health == "healthy" or retry_at is None or now >= retry_at
-    if over and may_try:
-        allowance = config.max_summary_tokens + counter.count_text(render_summary({}, ""))
-        sys_cost = count(system) if system is not None else 0
-        room = config.level(config.target_tokens) - overhead - sys_cost - allowance
-        new_b = _fold_boundary(messages, b, count, room, config, shown_for(clip_at))
-        if new_b > b:
-            batch = tuple(ensure_message(messages[i], i) for i in range(b, new_b))
-            outcome = yield FoldRequest(dict(sections), batch)
-            if outcome.error is None and outcome.sections:
-                sections = {k: str(v) for k, v in outcome.sections.items()}
-                folded_tokens += sum(count(m) for m in batch)
-                folded_now, folds = len(batch), folds + 1
-                b = new_b
-                health, failures, retry_at, last_error = "healthy", 0, None, None
-            elif not outcome.deferred:
-                error = outcome.error or RuntimeError("the summarizer returned no summary")
-                failures += 1
-                health = "degraded" if failures >= config.degrade_after else "retrying"
-                wait = min(config.retry_initial * 2 ** (failures - 1), config.retry_max)
-                # never sooner than the provider asked (a Retry-After the Summarizer gave up on)
-                asked = getattr(error, "retry_after", None)
-                if isinstance(asked, (int, float)) and math.isfinite(asked):
-                    wait = max(wait, float(asked))
-                retry_at = now + wait
-                last_error = f"{type(error).__name__}: {error}"[:300]
-    clip_at = max(clip_at, b)
-
-    # -- 3. the view: summary + the unfolded messages that fit (+ a note if some do not) --------
-    next_state = replace(
-        state,
-        seen=n,
-        seen_tokens=all_tokens,
-        seen_key=keys(n - 1) if n else None,
-        cut_index=None,
-        cut_key=None,
-        summary=tuple(sections.items()),
-        folded=b - body_start,
-        folded_key=keys(b - 1) if b > body_start else None,
-        folded_tokens=folded_tokens,
-        folds=folds,
-        health=health,
-        failures=failures,
-        retry_at=retry_at,
-        last_error=last_error,
-        clipped=max(clip_at - body_start, 0) if config.clip_tokens is not None else 0,
-    )
-    sys_cost = count(system) if system is not None else 0
-    view_from = _view_start(messages, body_start, b, config)
-    try:
-        chosen, human_summary, shown_sections = _view(
-            select,
-            b,
-            view_from,
-            n,
-            sections,
-            health,
-            last_error,
-            config,
-            counter,
-            overhead + sys_cost,
+        if not past_tier1 or (last_view_tokens > tier1 and not over):
+            return False, over
+        keep_from = _fold_boundary(self, 0, shown=None)
+        if keep_from <= self.clip_at:
+            return False, over
+        # the prefix only changes if a newly covered message is actually clipped
+        moved = any(
+            clip_chars(m, config.truncate_chars) is not m
+            for m in self.messages[self.clip_at : keep_from]
         )
+        self.clip_at = keep_from
+        return moved, self.over_trigger()
+
+    def fold_request(self) -> FoldRequest | None:
+        """The oldest unfolded units to fold so the view, with a full-size summary, fits
+        ``target_tokens``; None when nothing can be folded."""
+        config = self.config
+        allowance = config.max_summary_tokens + self.counter.count_text(render_summary({}, ""))
+        overhead = self.counter.count_messages(())
+        room = config.level(config.target_tokens) - overhead - self.system_tokens() - allowance
+        stop = _fold_boundary(self, room, shown=self.shown())
+        if stop <= self.boundary:
+            return None
+        batch = tuple(ensure_message(self.messages[i], i) for i in range(self.boundary, stop))
+        return FoldRequest(dict(self.sections), batch)
+
+    def adopt(self, request: FoldRequest, sections: Mapping[str, str]) -> None:
+        """The fold of ``request`` succeeded: ``sections`` stand for its messages from now on."""
+        count = self.counter.count_message
+        self.sections = {k: str(v) for k, v in sections.items()}
+        self.folded_tokens += sum(count(m) for m in request.messages)
+        self.boundary += len(request.messages)
+
+
+def plan_fold(
+    messages: Sequence[BaseMessage],
+    state: MemoryState,
+    config: FoldConfig,
+    counter: TokenCounter,
+    now: float,
+) -> Generator[FoldRequest, FoldOutcome, MemoryResult]:
+    """The view for this turn, folding into the summary when over the high-water mark. Pure.
+
+    The phases: where the history stands (:meth:`_Turn.begin`); is it over the trigger, and does
+    the TieredSummary clip point move (:meth:`_Turn.move_clip_point`); the fold, if the
+    summarizer may be tried (:func:`~langmem_ext._state.may_try_fold`), and the health after its
+    outcome (:func:`~langmem_ext._state.health_after`); the view, with the not-shown note and the
+    overflow policy (:func:`_final_view`); the state and report (:func:`_fold_result`)."""
+    turn = _Turn.begin(messages, state, config, counter)
+    clip_moved, over = turn.move_clip_point(state.view_tokens, turn.over_trigger())
+    after, folded_now = state, 0
+    if over and may_try_fold(state, now):
+        request = turn.fold_request()
+        if request is not None:
+            outcome = settled((yield request))
+            after = health_after(state, outcome, now, config.retry_policy)
+            if isinstance(outcome, Folded):
+                turn.adopt(request, outcome.sections)
+                folded_now = len(request.messages)
+                after = replace(after, folds=state.folds + 1)
+    turn.clip_at = max(turn.clip_at, turn.boundary)
+    next_state = _bookkeeping(turn, after)
+    try:
+        chosen, human_summary, shown_sections = _final_view(turn, next_state)
     except MemoryBudgetExceeded as error:
         # a fold that just succeeded must not be lost with the turn: the caller stores this
         error.state = next_state
         raise
+    return _fold_result(
+        turn, state, next_state, chosen, human_summary, shown_sections, folded_now, clip_moved
+    )
+
+
+def _bookkeeping(turn: _Turn, state: MemoryState) -> MemoryState:
+    """The next state's positions, keys and summary (the view's figures come later)."""
+    n, body_start, boundary, keys = turn.n, turn.body_start, turn.boundary, turn.keys
+    return replace(
+        state,
+        seen=n,
+        seen_tokens=turn.all_tokens,
+        seen_key=keys(n - 1) if n else None,
+        cut_index=None,
+        cut_key=None,
+        summary=tuple(turn.sections.items()),
+        folded=boundary - body_start,
+        folded_key=keys(boundary - 1) if boundary > body_start else None,
+        folded_tokens=turn.folded_tokens,
+        clipped=max(turn.clip_at - body_start, 0) if turn.config.clip_tokens is not None else 0,
+    )
+
+
+def _fold_result(
+    turn: _Turn,
+    state: MemoryState,
+    next_state: MemoryState,
+    chosen: Selection,
+    human_summary: HumanMessage | None,
+    shown_sections: Mapping[str, str],
+    folded_now: int,
+    clip_moved: bool,
+) -> MemoryResult:
+    """The view (with the summary message placed), the next state and the report."""
+    n, counter, keys = turn.n, turn.counter, turn.keys
     view = list(chosen.view)
     if human_summary is not None:
         view.insert(1 if view and isinstance(view[0], SystemMessage) else 0, human_summary)
-    not_shown = (n - b) - _unfolded_kept(chosen, b, n)
+    not_shown = _not_shown(chosen, turn)
     summary_tokens = (
         counter.count_text(render_summary(shown_sections)) if any(shown_sections.values()) else 0
     )
@@ -506,112 +550,123 @@ def plan_fold(
     )
     next_state = replace(next_state, view_tokens=tokens_after, prefix_key=prefix_key)
     report = MemoryReport(
-        tokens_before=overhead + all_tokens,
+        tokens_before=counter.count_messages(()) + turn.all_tokens,
         tokens_after=tokens_after,
         messages_before=n,
         messages_after=len(view),
-        messages_dropped=n - chosen.kept - (1 if system is not None else 0),
-        budget=config.level(config.max_tokens),
+        messages_dropped=n - chosen.kept - (1 if turn.system is not None else 0),
+        budget=turn.config.level(turn.config.max_tokens),
         clipped=chosen.clipped,
         repaired=chosen.repaired,
         prefix_kept=(
             state.seen > 0
             and folded_now == 0
-            and not rewritten
+            and not turn.rewritten
             and not chosen.clipped
             and not clip_moved
             and not_shown == 0
             and prefix_key == state.prefix_key
         ),
         gap=chosen.gap,
-        history_rewritten=rewritten,
+        history_rewritten=turn.rewritten,
         folded=folded_now,
         not_shown=not_shown,
         summary_tokens=summary_tokens,
-        health=health,
+        health=next_state.health,
     )
     return MemoryResult(view, next_state, report)
 
 
-def _view(
-    select: Callable[..., tuple[Selection, HumanMessage | None]],
-    b: int,
-    start: int,
-    n: int,
-    sections: dict[str, str],
-    health: Health,
-    last_error: str | None,
-    config: FoldConfig,
-    counter: TokenCounter,
-    fixed: int,
+def _not_shown(chosen: Selection, turn: _Turn) -> int:
+    """Unfolded messages the view leaves out (only while the summarizer is failing or the budget
+    is too small for all of them)."""
+    return (turn.n - turn.boundary) - _unfolded_kept(chosen, turn.boundary, turn.n)
+
+
+def _final_view(
+    turn: _Turn, state: MemoryState
 ) -> tuple[Selection, HumanMessage | None, dict[str, str]]:
     """The final view, with the not-shown note when needed and the overflow policy applied.
-    ``fixed`` is what the view costs before the summary: request overhead and system message.
-    The view is selected from ``start`` (``b``, or the newest human turn when nothing unfolded
-    holds one); only unfolded messages (from ``b``) count as not shown."""
-
-    def attempt(summary: dict[str, str], **cut: object) -> tuple[Selection, HumanMessage | None]:
-        chosen, human = select(start, "", summary, **cut)
-        missing = (n - b) - _unfolded_kept(chosen, b, n)
-        if missing <= 0:
-            return chosen, human
-        # some unfolded messages do not fit: say so, visibly. The note costs tokens, which can
-        # change how many fit: start from the most that could be missing and step down to the
-        # count the note states exactly (a few passes at most: only the digits change)
-        claimed = n - b
-        for _ in range(8):
-            note = _not_shown_note(claimed, health, last_error)
-            chosen, human = select(start, note, summary, **cut)
-            missing = (n - b) - _unfolded_kept(chosen, b, n)
-            if missing == claimed:
-                break
-            claimed = missing
-        return chosen, human
-
+    The view is selected from the first unfolded message, or from the newest human turn when
+    nothing unfolded holds one (:func:`_view_start`); only unfolded messages count as not shown.
+    Returns the selection, the summary message (``placement="human"``) and the summary shown."""
+    start = _view_start(turn.messages, turn.body_start, turn.boundary, turn.config)
+    sections = turn.sections
     try:
-        chosen, human = attempt(sections)
+        chosen, human = _with_note(turn, start, state, sections)
         return chosen, human, sections
     except ContextOverflowError as error:
         first_error = error
+    config = turn.config
     if config.overflow == "error":
-        summary_tokens = counter.count_text(render_summary(sections)) if sections else 0
+        summary_tokens = turn.counter.count_text(render_summary(sections)) if sections else 0
         raise MemoryBudgetExceeded(
             f"the summary ({summary_tokens:,} tokens), min_messages={config.min_messages} and "
             f"the newest human message do not fit together: {first_error}",
             summary_tokens=summary_tokens,
-            needed=first_error.needed,
-            available=first_error.available,
-            max_tokens=first_error.max_tokens,
-            reserve_tokens=first_error.reserve_tokens,
-            system_tokens=first_error.system_tokens,
+            **_overflow_figures(first_error),
         ) from first_error
-    # fixed, finite fallbacks: each step either fits or moves on; the last one raises. The
-    # newest human message is clipped only once dropping the summary from the view was not enough
-    shorter = dict(sections)
-    steps: list[tuple[dict[str, str], dict[str, object]]] = []
-    if config.overflow == "truncate_summary" and any(sections.values()):
-        room = max(config.level(config.max_tokens) - fixed - first_error.needed, 0)
-        shorter = _truncate_sections(sections, room, counter)
-        steps.append((shorter, {}))
-    if config.overflow == "truncate_oldest" and config.min_messages > 1:
-        steps.append((dict(sections), {"min_messages": 1}))
-    steps += [({}, {"min_messages": 1}), ({}, {"min_messages": 1, "overflow": "clip"})]
     last = first_error
-    for summary, cut in steps:
+    for summary, cut in _overflow_steps(turn, first_error):
         try:
-            chosen, human = attempt(summary, **cut)
+            chosen, human = _with_note(turn, start, state, summary, **cut)
             return chosen, human, summary
         except ContextOverflowError as error:
             last = error
     raise MemoryBudgetExceeded(
         f"even without the summary and with the newest human message clipped, the view does "
         f"not fit: {last}",
-        needed=last.needed,
-        available=last.available,
-        max_tokens=last.max_tokens,
-        reserve_tokens=last.reserve_tokens,
-        system_tokens=last.system_tokens,
+        **_overflow_figures(last),
     ) from last
+
+
+def _overflow_figures(error: ContextOverflowError) -> dict[str, int]:
+    return {
+        "needed": error.needed,
+        "available": error.available,
+        "max_tokens": error.max_tokens,
+        "reserve_tokens": error.reserve_tokens,
+        "system_tokens": error.system_tokens,
+    }
+
+
+def _overflow_steps(
+    turn: _Turn, first_error: ContextOverflowError
+) -> list[tuple[dict[str, str], dict[str, Any]]]:
+    """The fixed, finite fallbacks of the overflow policy, in order: each either fits or moves
+    on; after the last one the turn fails. The newest human message is clipped only once dropping
+    the summary from the view was not enough."""
+    config, sections = turn.config, turn.sections
+    steps: list[tuple[dict[str, str], dict[str, Any]]] = []
+    if config.overflow == "truncate_summary" and any(sections.values()):
+        fixed = turn.counter.count_messages(()) + turn.system_tokens()
+        room = max(config.level(config.max_tokens) - fixed - first_error.needed, 0)
+        steps.append((_truncate_sections(sections, room, turn.counter), {}))
+    if config.overflow == "truncate_oldest" and config.min_messages > 1:
+        steps.append((dict(sections), {"min_messages": 1}))
+    return [*steps, ({}, {"min_messages": 1}), ({}, {"min_messages": 1, "overflow": "clip"})]
+
+
+def _with_note(
+    turn: _Turn, start: int, state: MemoryState, summary: dict[str, str], **cut: Any
+) -> tuple[Selection, HumanMessage | None]:
+    """The view from ``start`` under ``summary``; when some unfolded messages do not fit, with a
+    visible note that says how many. The note costs tokens, which can change how many fit: start
+    from the most that could be missing and step down to the count the note states exactly (a
+    few passes at most: only the digits change)."""
+    chosen, human = turn.select(start, "", summary, **cut)
+    missing = _not_shown(chosen, turn)
+    if missing <= 0:
+        return chosen, human
+    claimed = turn.n - turn.boundary
+    for _ in range(8):
+        note = _not_shown_note(claimed, state.health, state.last_error)
+        chosen, human = turn.select(start, note, summary, **cut)
+        missing = _not_shown(chosen, turn)
+        if missing == claimed:
+            break
+        claimed = missing
+    return chosen, human
 
 
 def _truncate_sections(
@@ -625,13 +680,6 @@ def _truncate_sections(
         if counter.count_text(text) <= per:
             out[name] = text
             continue
-        keep = per - counter.count_text(_TRUNCATED)
-        lo, hi = 0, len(text)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if counter.count_text(text[:mid]) <= keep:
-                lo = mid
-            else:
-                hi = mid - 1
-        out[name] = (text[:lo].rstrip() + _TRUNCATED) if lo > 0 else ""
+        keep = longest_prefix_within(text, per - counter.count_text(_TRUNCATED), counter.count_text)
+        out[name] = (text[:keep].rstrip() + _TRUNCATED) if keep > 0 else ""
     return out

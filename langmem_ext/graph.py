@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
@@ -44,11 +43,12 @@ from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 from typing_extensions import NotRequired, TypedDict
 
-from langmem_ext._identity import KeyChain
+from langmem_ext._state import removals_for_rewrite
 from langmem_ext.engine import Strategy
-from langmem_ext.errors import LangmemExtError
+from langmem_ext.errors import (
+    GraphSchemaError,  # re-exported here
+)
 from langmem_ext.keys import MemoryKey
-from langmem_ext.messages import is_system
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
 from langmem_ext.tokens import TokenCounter
@@ -76,17 +76,6 @@ _SCHEMA_FIX = (
     "create_react_agent(model, tools, pre_model_hook=node, state_schema=MemoryAgentState) "
     "for the prebuilt agent"
 )
-
-
-class GraphSchemaError(LangmemExtError, ValueError):
-    """A :class:`MemoryNode` runs in a graph whose state lacks a channel it must write to, so
-    LangGraph would silently drop the write and the model would not get the view (or a summary
-    would be lost). ``channel`` is the missing key, ``node`` the node's name in the graph."""
-
-    def __init__(self, message: str, *, channel: str, node: str | None) -> None:
-        super().__init__(message)
-        self.channel = channel
-        self.node = node
 
 
 class GraphSchemaWarning(UserWarning):
@@ -288,45 +277,6 @@ def removals(
     messages: Sequence[BaseMessage], state: MemoryState, counter: TokenCounter
 ) -> tuple[list[str], MemoryState]:
     """Rewrite mode: the ids to remove from the graph state, and the memory state as it will be
-    once they are gone (so the next turn sees an append-only history, not a rewritten one).
-
-    Removed: the messages folded into the summary (summarizing strategies), or the messages
-    before the view's cut (trimming strategies). Nothing when a message to remove has no id.
-    """
-    body_start = 1 if messages and is_system(messages[0]) else 0
-    if state.folded:  # summarizing strategy: remove exactly what the summary now holds
-        gone = list(messages[body_start : body_start + state.folded])
-    elif state.cut_index is not None and state.cut_index > body_start:
-        gone = list(messages[body_start : state.cut_index])  # trimming strategy
-    else:
-        return [], state
-    if any(m.id is None for m in gone):  # cannot remove by id: keep everything this turn
-        return [], state
-    removed_tokens = sum(counter.count_message(m) for m in gone)
-    # Retrieval indexes evicted messages before they can be removed: move its watermark with
-    # them (0: nothing after the removed ones is indexed yet; the turn count carries on)
-    indexed = state.indexed - len(gone) if state.indexed > body_start + len(gone) else 0
-    # keys of id-less messages are chained over their predecessors: anchor the rebased state to
-    # the history as it will be once the removed messages are gone
-    kept = [*messages[:body_start], *messages[body_start + len(gone) :]]
-    keys = KeyChain(kept)
-    seen = state.seen - len(gone)
-    cut_index = None if state.cut_index is None else state.cut_index - len(gone)
-    return [str(m.id) for m in gone], replace(
-        state,
-        seen=seen,
-        seen_tokens=state.seen_tokens - removed_tokens,
-        seen_key=keys(seen - 1) if 0 < seen <= len(kept) else state.seen_key,
-        folded=0,
-        folded_key=None,
-        folded_tokens=0,
-        cut_index=cut_index,
-        cut_key=(
-            keys(cut_index)
-            if cut_index is not None and 0 <= cut_index < len(kept)
-            else state.cut_key
-        ),
-        clipped=max(state.clipped - len(gone), 0),
-        indexed=indexed,
-        indexed_key=keys(indexed - 1) if 0 < indexed <= len(kept) else None,
-    )
+    once they are gone. The rule lives with the other state rules
+    (:func:`langmem_ext._state.removals_for_rewrite`); this name is kept for callers."""
+    return removals_for_rewrite(messages, state, counter)

@@ -61,6 +61,10 @@ waits for the lock or for the summarizer, and nothing is lost (the appended mess
 folded by the next write). Once it writes (appending, storing the state, pruning) the writing
 is shielded and runs to the end before the ``CancelledError`` propagates: a cancellation never
 leaves a backing history cleared and not re-filled.
+
+Sync and async: each operation (read, write, clear) is written once, as a flow of I/O steps
+(:mod:`langmem_ext._store`), which the sync methods run with blocking calls and the async
+methods by awaiting; only the locks have a sync and an async form.
 """
 
 from __future__ import annotations
@@ -77,7 +81,6 @@ import uuid
 import weakref
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Hashable,
     Iterator,
@@ -89,15 +92,28 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext._identity import KeyChain
+from langmem_ext._state import rebase_after_removal, removal_span
+from langmem_ext._store import (
+    Flow,
+    Io,
+    Shielded,
+    StateStore,
+    Within,
+    arun,
+    memory_state,
+    run,
+    single,
+    uncancelled,
+)
 from langmem_ext.engine import Strategy
 from langmem_ext.errors import InvalidHistoryError, MemoryBudgetExceeded
-from langmem_ext.graph import removals
 from langmem_ext.keys import MemoryKey
+from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
 
 __all__ = ["STATE_ITEM", "ManagedChatMessageHistory"]
@@ -266,38 +282,49 @@ def _file_offset(namespace: tuple[str, ...]) -> int:
     return _advisory_key(namespace) & 0x7FFF_FFFF
 
 
+def _polled(attempt: Io[bool]) -> Flow[None]:
+    """Repeat ``attempt`` (a non-blocking try-lock) until it succeeds, sleeping between tries
+    with exponential backoff: a waiting writer never blocks a connection or the event loop."""
+    delay = _POLL_FIRST
+    while not (yield attempt):
+        yield Io.of(time.sleep, asyncio.sleep, delay)
+        delay = min(delay * 2, _POLL_MAX)
+
+
+def _file_lock_flow(database: str, namespace: tuple[str, ...]) -> Flow[tuple[int, int] | None]:
+    """Take the record lock of ``namespace`` on ``database``'s lock file: (descriptor, offset)
+    to release, or None where there are no record locks (Windows)."""
+    fd = _lock_file(database)
+    if fd is None:
+        return None
+    offset = _file_offset(namespace)
+    yield from _polled(Io.inline(_try_file_lock, fd, offset))
+    return fd, offset
+
+
+def _release_file_lock(held: tuple[int, int] | None) -> None:
+    if held is not None:
+        _try_file_lock(*held, unlock=True)
+
+
 @contextmanager
 def _file_lock(database: str, namespace: tuple[str, ...]) -> Iterator[None]:
     """Across processes on one SQLite file: a POSIX record lock on a byte of a lock file next
     to it (one byte per key). Released by the kernel when the process dies."""
-    fd = _lock_file(database)
-    if fd is None:
-        yield
-        return
-    offset, delay = _file_offset(namespace), _POLL_FIRST
-    while not _try_file_lock(fd, offset):
-        time.sleep(delay)
-        delay = min(delay * 2, _POLL_MAX)
+    held = run(_file_lock_flow(database, namespace))
     try:
         yield
     finally:
-        _try_file_lock(fd, offset, unlock=True)
+        _release_file_lock(held)
 
 
 @asynccontextmanager
 async def _afile_lock(database: str, namespace: tuple[str, ...]) -> AsyncIterator[None]:
-    fd = _lock_file(database)
-    if fd is None:
-        yield
-        return
-    offset, delay = _file_offset(namespace), _POLL_FIRST
-    while not _try_file_lock(fd, offset):  # a non-blocking call: nothing to shield
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, _POLL_MAX)
+    held = await arun(_file_lock_flow(database, namespace))  # non-blocking tries: no shield
     try:
         yield
     finally:
-        _try_file_lock(fd, offset, unlock=True)
+        _release_file_lock(held)
 
 
 _TRY_LOCK = "SELECT pg_try_advisory_lock(%s)"
@@ -340,39 +367,11 @@ def _pg_lock(conn: Any, key: int) -> Iterator[None]:
         with conn.connection() as held, _pg_lock(held, key):
             yield
         return
-    delay = _POLL_FIRST
-    while not _pg_query(conn, _TRY_LOCK, key):
-        time.sleep(delay)
-        delay = min(delay * 2, _POLL_MAX)
+    run(_polled(Io.inline(_pg_query, conn, _TRY_LOCK, key)))  # (sync only)
     try:
         yield
     finally:
         _pg_query(conn, _UNLOCK, key)
-
-
-async def _uncancelled(awaitable: Awaitable[T]) -> tuple[T, bool]:
-    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile.
-
-    Returns its result and whether a cancellation arrived (the caller re-raises it once its own
-    bookkeeping is done). The work runs in its own task behind ``asyncio.shield``.
-    """
-    task = asyncio.ensure_future(awaitable)
-    cancelled = False
-    while True:
-        try:
-            return await asyncio.shield(task), cancelled
-        except asyncio.CancelledError:
-            if task.cancelled():  # the work itself was cancelled (the loop is shutting down)
-                raise
-            cancelled = True
-
-
-async def _shielded(awaitable: Awaitable[T]) -> T:
-    """Await ``awaitable`` to its end; a cancellation that arrived meanwhile is raised after."""
-    result, cancelled = await _uncancelled(awaitable)
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
 
 
 def _in_flight() -> bool:
@@ -392,7 +391,7 @@ async def _apg_lock(conn: Any, key: int) -> AsyncIterator[None]:
     try:
         delay = _POLL_FIRST
         while True:
-            acquired, cancelled = await _uncancelled(_apg_query(conn, _TRY_LOCK, key))
+            acquired, cancelled = await uncancelled(_apg_query(conn, _TRY_LOCK, key))
             if cancelled:
                 raise asyncio.CancelledError
             if acquired:
@@ -402,7 +401,7 @@ async def _apg_lock(conn: Any, key: int) -> AsyncIterator[None]:
         yield
     finally:
         if acquired:
-            _, cancelled = await _uncancelled(_apg_query(conn, _UNLOCK, key))
+            _, cancelled = await uncancelled(_apg_query(conn, _UNLOCK, key))
             if cancelled and not _in_flight():
                 raise asyncio.CancelledError
 
@@ -471,47 +470,9 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         prune_backing: bool = False,
         id_factory: IdFactory | None = None,
     ) -> None:
-        if isinstance(history, ManagedChatMessageHistory):
-            raise TypeError(
-                "history is already a ManagedChatMessageHistory (its messages are a view, not "
-                "the conversation); pass its backing history instead"
-            )
-        if not isinstance(history, BaseChatMessageHistory):
-            raise TypeError(
-                f"history must be a langchain_core BaseChatMessageHistory "
-                f"(InMemoryChatMessageHistory, SQLChatMessageHistory, ...), "
-                f"got {type(history).__name__}"
-            )
-        if not isinstance(strategy, Strategy):
-            raise TypeError(
-                f"strategy must be a langmem_ext strategy (TokenBudget, SummaryBuffer, ...), "
-                f"got {type(strategy).__name__}"
-            )
-        if store is not None and not isinstance(store, BaseStore):
-            raise TypeError(
-                f"store must be a langgraph BaseStore (InMemoryStore, SqliteStore, "
-                f"PostgresStore, ...), got {type(store).__name__}"
-            )
-        if key is not None and config is not None:
-            raise ValueError("pass either key= or config=, not both")
-        if not isinstance(shared_default, bool):
-            raise TypeError(f"shared_default must be a bool, got {type(shared_default).__name__}")
-        if key is None:
-            key = MemoryKey.from_config(config, require_explicit_key=require_explicit_key)
-            if store is not None and not shared_default:
-                key.require("session", owner="ManagedChatMessageHistory", opt_out="shared_default")
-        elif not isinstance(key, MemoryKey):
-            raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
-        if not isinstance(prune_backing, bool):
-            raise TypeError(f"prune_backing must be a bool, got {type(prune_backing).__name__}")
-        if prune_backing and strategy.summarizer is None:
-            raise ValueError(
-                f"prune_backing=True needs a summarizing strategy (SummaryBuffer, Compacting, "
-                f"TieredSummary): {type(strategy).__name__} does not summarize, so pruning "
-                f"would delete messages that nothing remembers"
-            )
-        if id_factory is not None and not callable(id_factory):
-            raise TypeError(f"id_factory must be callable, got {type(id_factory).__name__}")
+        _check_parts(history, strategy, store)
+        key = _resolved_key(key, config, store, require_explicit_key, shared_default)
+        _check_options(strategy, prune_backing, id_factory)
         super().__init__()
         self.history = history
         self.strategy = strategy
@@ -570,9 +531,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         the state are read under the key's lock, so a read never sees another writer's prune
         half done (a cleared history, or a state not yet rebased).
         """
-        with self._locked():  # never half-way through another writer's prune
-            messages, state = self.history.messages, self._load()
-        return self.strategy.view(messages, state, key=self.key).messages
+        return run(self._read_flow())
 
     @messages.setter
     def messages(self, value: list[BaseMessage]) -> None:
@@ -584,24 +543,22 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
     async def aget_messages(self) -> list[BaseMessage]:
         """Async :attr:`messages`: the backing history and the store are read with their async
         API; nothing is written and the summarizer is never called."""
-        async with self._alocked():  # never half-way through another writer's prune
-            messages, state = await self.history.aget_messages(), await self._aload()
-        return (await self.strategy.aview(messages, state, key=self.key)).messages
+        return await arun(self._read_flow())
 
     @property
     def state(self) -> MemoryState | None:
         """The stored :class:`~langmem_ext.state.MemoryState`, or ``None`` before the first
         write (or after :meth:`clear`)."""
-        return self._load()
+        return self._states.load()
 
     async def aget_state(self) -> MemoryState | None:
         """Async :attr:`state`."""
-        return await self._aload()
+        return await self._states.aload()
 
     @property
     def summary(self) -> dict[str, str]:
         """The running summary, section -> text (``{}`` until the first fold)."""
-        state = self._load()
+        state = self._states.load()
         return state.sections if state is not None else {}
 
     # -- writing: append, apply, store (and prune) ----------------------------------------------
@@ -630,20 +587,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             InvalidHistoryError: a ``RemoveMessage`` is among ``messages`` (a ``ValueError``;
                 nothing is written).
         """
-        new = self._prepared(messages)
-        if not new:  # nothing new: no write, the view is what a read shows
-            return
-        with self._locked():
-            self.history.add_messages(new)
-            full = self.history.messages
-            previous = self._load()
-            try:
-                result = self.strategy.apply(full, previous, key=self.key)
-            except MemoryBudgetExceeded as error:
-                if error.state is not None:
-                    self._save(error.state)
-                raise
-            self._commit(full, result.state)
+        run(self._add_flow(messages))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async :meth:`add_messages`: the same steps with the backing history's and the
@@ -655,56 +599,83 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         shielded: once started they run to the end, and the ``CancelledError`` is raised after,
         so a cancellation never leaves the backing history cleared and not re-filled.
         """
-        new = self._prepared(messages)
-        if not new:  # nothing new: no write, the view is what a read shows
-            return
-        async with self._alocked():
-            await _shielded(self.history.aadd_messages(new))
-            full = await self.history.aget_messages()
-            previous = await self._aload()
-            try:
-                result = await self.strategy.aapply(full, previous, key=self.key)
-            except MemoryBudgetExceeded as error:
-                if error.state is not None:
-                    await _shielded(self._asave(error.state))
-                raise
-            await _shielded(self._acommit(full, result.state))
+        await arun(self._add_flow(messages))
 
     def clear(self) -> None:
         """Clear the backing history and delete the stored state (the summary with it)."""
-        with self._locked():
-            self.history.clear()
-            self.store.delete(self.namespace, STATE_ITEM)
+        run(self._clear_flow())
 
     async def aclear(self) -> None:
         """Async :meth:`clear` (shielded like the writes of :meth:`aadd_messages`)."""
-        async with self._alocked():
-            await _shielded(self._aclear())
+        await arun(self._clear_flow())
 
-    async def _aclear(self) -> None:
-        await self.history.aclear()
-        await self.store.adelete(self.namespace, STATE_ITEM)
+    # -- the flows: each operation once, run by ``_store.run`` (sync) or ``_store.arun`` --------
+
+    def _under_lock(self, flow: Flow[T]) -> Within[T]:
+        """The step that runs ``flow`` under the key's write lock (see :meth:`_locked`)."""
+        return Within(self._locked, self._alocked, flow)
+
+    def _read_flow(self) -> Flow[list[BaseMessage]]:
+        """Read the backing history and the state under the lock (never half-way through
+        another writer's prune), then compute the view without the lock."""
+        messages, state = yield self._under_lock(self._snapshot_flow())
+        view = self.strategy.view, self.strategy.aview
+        result: MemoryResult = yield Io.of(*view, messages, state, key=self.key)
+        return result.messages
+
+    def _snapshot_flow(self) -> Flow[tuple[list[BaseMessage], MemoryState | None]]:
+        messages = yield self._reading_history()
+        state = yield self._states.loading()
+        return messages, state
+
+    def _add_flow(self, messages: Sequence[BaseMessage]) -> Flow[None]:
+        new = self._prepared(messages)
+        if new:  # nothing new: no write, the view is what a read shows
+            yield self._under_lock(self._write_flow(new))
+
+    def _write_flow(self, new: list[BaseMessage]) -> Flow[None]:
+        """Steps (1)-(5) of :meth:`add_messages`; the writes are :class:`Shielded`."""
+        yield Shielded(single(self._appending(new)))
+        full = yield self._reading_history()
+        previous = yield self._states.loading()
+        apply = self.strategy.apply, self.strategy.aapply
+        try:
+            result = yield Io.of(*apply, full, previous, key=self.key)
+        except MemoryBudgetExceeded as error:
+            if error.state is not None:  # a fold that succeeded is kept
+                yield Shielded(single(self._states.saving(error.state)))
+            raise
+        yield Shielded(self._commit_flow(full, result.state))
+
+    def _commit_flow(self, full: list[BaseMessage], state: MemoryState) -> Flow[None]:
+        """Steps (3)-(5) of :meth:`add_messages`: store the state, then prune."""
+        yield self._states.saving(state)
+        pruned = self._pruned(full, state)
+        if pruned is not None:
+            kept, rebased = pruned
+            yield Io(self.history.clear, self.history.aclear)
+            yield self._appending(kept)
+            yield self._states.saving(rebased)
+
+    def _clear_flow(self) -> Flow[None]:
+        yield self._under_lock(single(Shielded(self._erasing_flow())))
+
+    def _erasing_flow(self) -> Flow[None]:
+        yield Io(self.history.clear, self.history.aclear)
+        yield self._states.deleting()
+
+    def _appending(self, messages: list[BaseMessage]) -> Io[None]:
+        return Io.of(self.history.add_messages, self.history.aadd_messages, messages)
+
+    def _reading_history(self) -> Io[list[BaseMessage]]:
+        return Io(lambda: self.history.messages, self.history.aget_messages)
+
+    @property
+    def _states(self) -> StateStore[MemoryState]:
+        """The stored state: ``STATE_ITEM`` under :attr:`namespace` of :attr:`store`."""
+        return StateStore(self.store, self.namespace, STATE_ITEM, decode=memory_state)
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _commit(self, full: Sequence[BaseMessage], state: MemoryState) -> None:
-        """Steps (3)-(5) of :meth:`add_messages`: store the state, then prune."""
-        self._save(state)
-        pruned = self._pruned(full, state)
-        if pruned is not None:
-            kept, rebased = pruned
-            self.history.clear()
-            self.history.add_messages(kept)
-            self._save(rebased)
-
-    async def _acommit(self, full: Sequence[BaseMessage], state: MemoryState) -> None:
-        await self._asave(state)
-        pruned = self._pruned(full, state)
-        if pruned is not None:
-            kept, rebased = pruned
-            await self.history.aclear()
-            await self.history.aadd_messages(kept)
-            await self._asave(rebased)
 
     def _lock_owner(self, database: str | None) -> Hashable:
         """What the in-process lock is keyed by: the SQLite file, or the PostgreSQL connection
@@ -752,10 +723,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         entry = _key_lock(self._lock_owner(database), self.namespace)
         async with entry.for_running_loop():
             # the thread lock too (sync writers, other event loops), polled: never blocks the loop
-            delay = _POLL_FIRST
-            while not entry.thread.acquire(blocking=False):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _POLL_MAX)
+            await arun(_polled(Io.inline(entry.thread.acquire, False)))
             entry.holder = threading.get_ident()
             try:
                 conn = _pg_connection(self.store, self.history, sync=False)
@@ -809,29 +777,26 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
     def _pruned(
         self, full: Sequence[BaseMessage], state: MemoryState
     ) -> tuple[list[BaseMessage], MemoryState] | None:
-        """With ``prune_backing``: the messages to keep and the rebased state, or ``None`` when
-        nothing is to be removed."""
+        """With ``prune_backing``: the messages to keep and the state rebased on them (the rules
+        are :func:`~langmem_ext._state.rebase_after_removal`'s), or ``None`` when nothing is
+        to be removed. The whole backing history is rewritten, so messages without an id are
+        removed as well as the others."""
         if not self.prune_backing or not state.folded:
             return None
-        body_start = 1 if full and isinstance(full[0], SystemMessage) else 0
-        end = body_start + state.folded
-        # removals() removes by id and skips a turn when a folded message has none (a backing
-        # history written before this wrapper); this one rewrites the whole backing history,
-        # so a placeholder id on those (removed anyway) messages is enough
-        probe = [
-            m.model_copy(update={"id": f"langmem-ext-pruned-{i}"})
-            if body_start <= i < end and not m.id
-            else m
-            for i, m in enumerate(full)
-        ]
-        removed, rebased = removals(probe, state, self.strategy.counter)
-        if not removed:
+        span = removal_span(full, state)
+        if not span:
             return None
-        kept = [*full[:body_start], *full[body_start + len(removed) :]]
-        # the keys of id-less survivors are chained over their predecessors, and some of those
-        # are gone now: anchor the state to the keys of the new, shorter history
+        kept = [*full[: span.start], *full[span.stop :]]
+        rebased = rebase_after_removal(
+            state,
+            kept,
+            removed_at=span.start,
+            removed_count=len(span),
+            removed_tokens=sum(self.strategy.counter.count_message(full[i]) for i in span),
+        )
+        # a key that points past the shorter history is dropped rather than kept stale
         keys = KeyChain(kept)
-        rebased = replace(
+        return kept, replace(
             rebased,
             seen_key=keys(rebased.seen - 1) if 0 < rebased.seen <= len(kept) else None,
             cut_key=(
@@ -840,22 +805,65 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
                 else None
             ),
         )
-        return kept, rebased
-
-    def _load(self) -> MemoryState | None:
-        return _state(self.store.get(self.namespace, STATE_ITEM))
-
-    async def _aload(self) -> MemoryState | None:
-        return _state(await self.store.aget(self.namespace, STATE_ITEM))
-
-    def _save(self, state: MemoryState) -> None:
-        self.store.put(self.namespace, STATE_ITEM, state.to_dict(), index=False)
-
-    async def _asave(self, state: MemoryState) -> None:
-        await self.store.aput(self.namespace, STATE_ITEM, state.to_dict(), index=False)
 
 
-def _state(item: Any) -> MemoryState | None:
-    if item is None:
-        return None
-    return MemoryState.from_dict(item.value)
+def _check_parts(history: Any, strategy: Any, store: Any) -> None:
+    """The wrapped objects are of the right kinds (a clear ``TypeError`` naming the argument)."""
+    if isinstance(history, ManagedChatMessageHistory):
+        raise TypeError(
+            "history is already a ManagedChatMessageHistory (its messages are a view, not "
+            "the conversation); pass its backing history instead"
+        )
+    if not isinstance(history, BaseChatMessageHistory):
+        raise TypeError(
+            f"history must be a langchain_core BaseChatMessageHistory "
+            f"(InMemoryChatMessageHistory, SQLChatMessageHistory, ...), "
+            f"got {type(history).__name__}"
+        )
+    if not isinstance(strategy, Strategy):
+        raise TypeError(
+            f"strategy must be a langmem_ext strategy (TokenBudget, SummaryBuffer, ...), "
+            f"got {type(strategy).__name__}"
+        )
+    if store is not None and not isinstance(store, BaseStore):
+        raise TypeError(
+            f"store must be a langgraph BaseStore (InMemoryStore, SqliteStore, "
+            f"PostgresStore, ...), got {type(store).__name__}"
+        )
+
+
+def _resolved_key(
+    key: MemoryKey | None,
+    config: Mapping[str, Any] | None,
+    store: BaseStore | None,
+    require_explicit_key: bool,
+    shared_default: bool,
+) -> MemoryKey:
+    """The history's key: ``key`` as given, or read from ``config``; a key-less history over a
+    store is refused unless ``shared_default`` (see the module notes)."""
+    if key is not None and config is not None:
+        raise ValueError("pass either key= or config=, not both")
+    if not isinstance(shared_default, bool):
+        raise TypeError(f"shared_default must be a bool, got {type(shared_default).__name__}")
+    if key is None:
+        key = MemoryKey.from_config(config, require_explicit_key=require_explicit_key)
+        if store is not None and not shared_default:
+            key.require("session", owner="ManagedChatMessageHistory", opt_out="shared_default")
+    elif not isinstance(key, MemoryKey):
+        raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
+    return key
+
+
+def _check_options(strategy: Strategy, prune_backing: Any, id_factory: Any) -> None:
+    """``prune_backing`` is a bool and has a summary to stand for what it deletes; ``id_factory``
+    is callable."""
+    if not isinstance(prune_backing, bool):
+        raise TypeError(f"prune_backing must be a bool, got {type(prune_backing).__name__}")
+    if prune_backing and strategy.summarizer is None:
+        raise ValueError(
+            f"prune_backing=True needs a summarizing strategy (SummaryBuffer, Compacting, "
+            f"TieredSummary): {type(strategy).__name__} does not summarize, so pruning "
+            f"would delete messages that nothing remembers"
+        )
+    if id_factory is not None and not callable(id_factory):
+        raise TypeError(f"id_factory must be callable, got {type(id_factory).__name__}")

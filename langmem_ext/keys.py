@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
-from langmem_ext.errors import LangmemExtError
+from langmem_ext.errors import MissingKeyError
 
 __all__ = ["DEFAULT", "MemoryKey", "MissingKeyError"]
 
@@ -31,28 +31,6 @@ CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
     "user": ("user_id", "user"),
     "session": ("session_id", "thread_id", "conversation_id"),
 }
-
-
-class MissingKeyError(LangmemExtError, KeyError):
-    """A part of the memory key was not given, and falling back to a shared default is not
-    allowed (``require_explicit_key=True``, or memory outside the graph state at that scope)."""
-
-    def __init__(
-        self,
-        missing: tuple[str, ...],
-        looked_in: Mapping[str, tuple[str, ...]],
-        *,
-        reason: str = "require_explicit_key=True",
-    ) -> None:
-        fields = "; ".join(f"{part}: one of {', '.join(looked_in[part])}" for part in missing)
-        super().__init__(
-            f"memory key incomplete: {', '.join(missing)} not given and {reason} "
-            f"(config['configurable'] fields - {fields})"
-        )
-        self.missing = missing
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0])
 
 
 def _encode(part: str) -> str:
@@ -92,10 +70,6 @@ class MemoryKey:
                 raise TypeError(f"MemoryKey.{name} must be a str, got {type(value).__name__}")
             if not value:
                 raise ValueError(f"MemoryKey.{name} must not be empty")
-
-    @property
-    def parts(self) -> tuple[str, str, str]:
-        return (self.tenant, self.user, self.session)
 
     def labels(self) -> tuple[str, str, str]:
         """The encoded parts: namespace labels with no ``.``, never empty, never colliding."""

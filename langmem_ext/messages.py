@@ -42,6 +42,7 @@ from langchain_core.messages import (
 )
 
 from langmem_ext._identity import tool_call_ids
+from langmem_ext._text import last_fitting
 from langmem_ext.errors import InvalidHistoryError
 
 __all__ = [
@@ -52,6 +53,8 @@ __all__ = [
     "Unit",
     "UnitKind",
     "as_standard",
+    "clip_chars",
+    "clip_marker",
     "clip_message",
     "ensure_message",
     "is_human",
@@ -80,7 +83,8 @@ _CHAT_ROLES: dict[str, MessageRole] = {
     "ai": "ai",
 }
 
-#: Text appended to a clipped message; ``{removed}`` is the number of characters removed.
+#: Text appended to a message clipped to a token budget; ``{removed}`` is the number of
+#: characters removed (the default member of the :func:`clip_marker` family).
 CLIP_MARKER = "\n[... {removed} characters clipped by langmem_ext to fit the context budget]"
 
 #: Content of the ToolMessage that :func:`repair` adds for a call that was never answered.
@@ -544,9 +548,24 @@ def repair(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 # --------------------------------------------------------------------------------------------
 # clipping
+#
+# One clipper, one marker family: every clipped text ends with
+# ``[... N characters clipped by langmem_ext<reason>]`` (:func:`clip_marker`), N the characters
+# removed, so a reader (and a test) recognises any clip by the same words.
 
 
-def _text_of(message: BaseMessage) -> tuple[str, int | None]:
+def clip_marker(removed: int, reason: str = " to fit the context budget") -> str:
+    """The text appended to a clipped text: ``removed`` characters were cut, for ``reason``.
+
+    >>> clip_marker(12)
+    '\\n[... 12 characters clipped by langmem_ext to fit the context budget]'
+    >>> clip_marker(3, reason="")
+    '\\n[... 3 characters clipped by langmem_ext]'
+    """
+    return f"\n[... {removed} characters clipped by langmem_ext{reason}]"
+
+
+def _clippable_text(message: BaseMessage) -> tuple[str, int | None]:
     """The clippable text of a message and, for list content, the index of the block holding it."""
     content = message.content
     if isinstance(content, str):
@@ -561,7 +580,8 @@ def _text_of(message: BaseMessage) -> tuple[str, int | None]:
     return best
 
 
-def _with_text(message: BaseMessage, text: str, block: int | None) -> BaseMessage:
+def _with_block_text(message: BaseMessage, text: str, block: int | None) -> BaseMessage:
+    """A copy of ``message`` whose text (block number ``block`` of list content) is ``text``."""
     if block is None:
         content: Any = text
     else:
@@ -569,6 +589,31 @@ def _with_text(message: BaseMessage, text: str, block: int | None) -> BaseMessag
         old = content[block]
         content[block] = text if isinstance(old, str) else {**old, "text": text}
     return message.model_copy(update={"content": content})
+
+
+def clip_chars(message: BaseMessage, limit: int) -> BaseMessage:
+    """``message`` with its string content, and every ``{"type": "text"}`` block, cut to at most
+    ``limit`` characters plus ``clip_marker(removed, reason="")``. The message itself (not a
+    copy) when nothing is longer than ``limit``.
+
+    A character limit, not a token budget: for settings such as ``truncate_chars`` that bound
+    what one message may contribute before any counting happens.
+    """
+    content = message.content
+    if isinstance(content, str):
+        if len(content) <= limit:
+            return message
+        return _with_block_text(
+            message, content[:limit] + clip_marker(len(content) - limit, ""), None
+        )
+    clipped = message
+    for i, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = str(block.get("text", ""))
+            if len(text) > limit:
+                cut = text[:limit] + clip_marker(len(text) - limit, "")
+                clipped = _with_block_text(clipped, cut, i)
+    return clipped
 
 
 def clip_message(
@@ -580,26 +625,19 @@ def clip_message(
     The message itself when it already fits; ``None`` when it has no text to clip; the marker-only
     version when even that costs more than ``max_tokens`` (callers check the count). The clipped
     copy records ``{"clipped_from_tokens": n}`` under ``response_metadata["langmem_ext"]``.
-    Binary search: O(log length) counts.
+    Binary search (:func:`~langmem_ext._text.last_fitting`): O(log length) counts.
     """
     original = count(message)
     if original <= max_tokens:
         return message
-    text, block = _text_of(message)
+    text, block = _clippable_text(message)
     if not text:
         return None
 
     def build(keep: int) -> BaseMessage:
         clipped = text[:keep] + CLIP_MARKER.format(removed=len(text) - keep)
-        return _with_text(message, clipped, block)
+        return _with_block_text(message, clipped, block)
 
-    lo, hi = 0, len(text) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count(build(mid)) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    result = build(lo)
+    result = build(last_fitting(0, len(text) - 1, lambda keep: count(build(keep)) <= max_tokens))
     meta = {**result.response_metadata, "langmem_ext": {"clipped_from_tokens": original}}
     return result.model_copy(update={"response_metadata": meta})

@@ -29,6 +29,7 @@ costs O(view), not O(history).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -51,44 +52,79 @@ from langmem_ext.result import MemoryReport, MemoryResult
 from langmem_ext.state import MemoryState
 from langmem_ext.tokens import TokenCounter
 
-__all__ = ["CutConfig", "Overflow", "StartOn", "plan_cut"]
+__all__ = ["CutConfig", "Overflow", "StartOn", "ViewLimits", "leads", "plan_cut", "select_view"]
 
 StartOn = Literal["human", "any"]
 Overflow = Literal["error", "clip"]
 
 
-@dataclass(frozen=True, slots=True)
-class CutConfig:
-    """The knobs of the cutting stage. Validated on construction, with messages that say why."""
+def require_int(name: str, value: object, minimum: int, why: str = "") -> None:
+    """Refuse a non-integer (``bool`` included) or too small setting, naming it, before any
+    arithmetic on it. ``why`` says what the minimum protects."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(
+            f"{name} must be an integer >= {minimum:,}, got {value!r}" + (f" {why}" if why else "")
+        )
 
-    max_tokens: int | None = None
-    target_tokens: int | None = None
-    max_messages: int | None = None
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ViewLimits:
+    """What every view keeps back and must hold: the knobs the cutting stage
+    (:class:`CutConfig`) and the fold stage (:class:`~langmem_ext.fold.FoldConfig`) share, with
+    their validation and the arithmetic of a token level, written once."""
+
+    #: tokens held back for tool schemas and the model's output
     reserve_tokens: int = 0
+    #: share of a token level held back for counter error (0.1 = 10%)
     safety_margin: float = 0.0
+    #: the view holds at least this many messages (whole units)
     min_messages: int = 1
+    #: ``"human"``: the first non-system message of a view is a HumanMessage; ``"any"``: any unit
     start_on: StartOn = "human"
+    #: keep the leading SystemMessage (always first, always counted)
     keep_system: bool = True
-    overflow: Overflow = "error"
 
-    def __post_init__(self) -> None:
-        def positive_int(name: str, value: object, minimum: int) -> None:
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < minimum
-            ):
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-        positive_int("max_tokens", self.max_tokens, 1)
-        positive_int("target_tokens", self.target_tokens, 1)
-        positive_int("max_messages", self.max_messages, 1)
-        positive_int("reserve_tokens", self.reserve_tokens, 0)
-        positive_int("min_messages", self.min_messages, 0)
+    def _check_limits(self, max_tokens: int | None) -> None:
+        require_int("reserve_tokens", self.reserve_tokens, 0)
+        require_int("min_messages", self.min_messages, 0)
         if (
             not isinstance(self.safety_margin, (int, float))
             or isinstance(self.safety_margin, bool)
             or not 0.0 <= self.safety_margin < 1.0  # also refuses NaN
         ):
             raise ValueError(f"safety_margin must be in [0, 1), got {self.safety_margin!r}")
+        if max_tokens is not None and self.reserve_tokens >= max_tokens:
+            raise ValueError(
+                f"reserve_tokens ({self.reserve_tokens:,}) leaves nothing of max_tokens "
+                f"({max_tokens:,}) for messages"
+            )
+        if self.start_on not in ("human", "any"):
+            raise ValueError(f"start_on must be 'human' or 'any', got {self.start_on!r}")
+
+    def level(self, tokens: int) -> int:
+        """What a view may cost under the token level ``tokens``, after the safety margin and
+        the reserve."""
+        return math.floor(tokens * (1.0 - self.safety_margin)) - self.reserve_tokens
+
+    def ceiling(self, tokens: int | None) -> int | None:
+        """:meth:`level`, or ``None`` for no level."""
+        return None if tokens is None else self.level(tokens)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CutConfig(ViewLimits):
+    """The knobs of the cutting stage. Validated on construction, with messages that say why."""
+
+    max_tokens: int | None = None
+    target_tokens: int | None = None
+    max_messages: int | None = None
+    overflow: Overflow = "error"
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "target_tokens", "max_messages"):
+            if getattr(self, name) is not None:
+                require_int(name, getattr(self, name), 1)
+        self._check_limits(self.max_tokens)
         if self.target_tokens is not None:
             if self.max_tokens is None:
                 raise ValueError("target_tokens needs max_tokens")
@@ -97,21 +133,15 @@ class CutConfig:
                     f"target_tokens ({self.target_tokens:,}) must not exceed max_tokens "
                     f"({self.max_tokens:,}); it is the level a cut goes down to"
                 )
-        if self.max_tokens is not None and self.reserve_tokens >= self.max_tokens:
-            raise ValueError(
-                f"reserve_tokens ({self.reserve_tokens:,}) leaves nothing of max_tokens "
-                f"({self.max_tokens:,}) for messages"
-            )
-        if self.start_on not in ("human", "any"):
-            raise ValueError(f"start_on must be 'human' or 'any', got {self.start_on!r}")
         if self.overflow not in ("error", "clip"):
             raise ValueError(f"overflow must be 'error' or 'clip', got {self.overflow!r}")
 
-    def ceiling(self, tokens: int | None) -> int | None:
-        """What a view may cost under a token level, after the safety margin and the reserve."""
-        if tokens is None:
-            return None
-        return math.floor(tokens * (1.0 - self.safety_margin)) - self.reserve_tokens
+
+def leads(unit: Unit, start_on: StartOn) -> bool:
+    """Whether ``unit`` may be the first of a view under ``start_on``."""
+    if start_on == "human":
+        return unit.kind == "human"
+    return unit.kind in ("human", "ai", "tool")  # a custom role never leads a view
 
 
 @dataclass(slots=True)
@@ -250,6 +280,154 @@ def plan_cut(
     return MemoryResult(chosen.view, next_state, report)
 
 
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """The token room of one selection, after the fixed part of the request."""
+
+    #: the pinned system message
+    system_tokens: int
+    #: request overhead plus the system message: what the view costs before any message
+    fixed: int
+    #: what the whole view may cost (``max_tokens`` after margin and reserve), None: no limit
+    max_view: int | None
+    #: what the view may cost at the hysteresis level (``target_tokens``), None: no target
+    target_view: int | None
+    #: room for messages under ``max_tokens``
+    room: int | None
+    #: room for messages at the level a fresh cut goes down to (``target_tokens`` or the top)
+    cut_room: int | None
+
+
+def _budget(config: CutConfig, counter: TokenCounter, system: SystemMessage | None) -> _Budget:
+    system_tokens = counter.count_message(system) if system is not None else 0
+    fixed = counter.count_messages(()) + system_tokens
+    max_view = config.ceiling(config.max_tokens)
+    room = None if max_view is None else max_view - fixed
+    target_view = config.ceiling(config.target_tokens)
+    cut_room = room if target_view is None else target_view - fixed
+    return _Budget(system_tokens, fixed, max_view, target_view, room, cut_room)
+
+
+@dataclass(frozen=True, slots=True)
+class _Required:
+    """What every view must hold, as walk positions (0 = newest unit)."""
+
+    #: the contiguous run ``0..tail`` (newest unit, ``min_messages``, and, when the newest human
+    #: turn fits with it, that turn from the unit that may lead a view)
+    tail: int
+    #: the newest human turn's head (the unit that leads it, up to its human message) when it is
+    #: apart from the tail: a gap view. Empty for a contiguous view.
+    head: range
+    #: the start rule that holds (``"any"`` when no unit anywhere can lead by ``start_on``)
+    start_on: StartOn
+
+    @property
+    def positions(self) -> list[int]:
+        return [*range(self.tail + 1), *self.head]
+
+
+def _newest_human_turn(
+    walk: _Walk, messages: Sequence[BaseMessage], start_on: StartOn
+) -> tuple[int, int | None, StartOn]:
+    """The position of the newest unit with a human message (-1 when there is none), the position
+    of the unit that can lead a view for it (None when there is no human message), and the start
+    rule that can hold. Repairs the walk when the newest human message sits inside a tool round
+    and no unit before it is human-led: the view then starts at that human message."""
+    human = 0
+    while walk.has(human) and not walk.units[human].unit.has_human:
+        human += 1
+    anchor: int | None = None
+    if walk.has(human):
+        lead = human
+        while walk.has(lead) and not leads(walk.units[lead].unit, start_on):
+            lead += 1
+        anchor = lead if walk.has(lead) else human
+    if anchor is not None and start_on == "human" and not leads(walk.units[anchor].unit, "human"):
+        walk.replace(anchor, _from_human_message(walk.units[anchor].unit, messages))
+    if anchor is None or not leads(walk.units[anchor].unit, start_on):
+        start_on = "any"  # no human-led unit anywhere: the rule cannot hold, use unit boundaries
+        if anchor is None:
+            human = -1
+    return human, anchor, start_on
+
+
+def _from_human_message(unit: Unit, messages: Sequence[BaseMessage]) -> Unit:
+    """The part of ``unit`` from its human message on. The unit's repaired order puts every result
+    right after its call, so that part is itself valid; what is before it is recorded as cut."""
+    first = next(i for i, m in enumerate(unit.messages) if isinstance(m, HumanMessage))
+    span = {id(messages[k]): k for k in range(unit.start, unit.stop)}
+    omitted: tuple[tuple[int, Literal["cut"]], ...] = tuple(
+        (span[id(m)], "cut") for m in unit.messages[:first] if id(m) in span
+    )
+    return replace(
+        unit, messages=unit.messages[first:], kind="human", dropped=unit.dropped + omitted
+    )
+
+
+def _required(
+    walk: _Walk,
+    messages: Sequence[BaseMessage],
+    config: CutConfig,
+    room: int | None,
+) -> _Required:
+    """The units every view must hold: the newest unit, ``min_messages``, and the newest human
+    turn from a unit that may lead a view: one contiguous run when they touch or all fit, else a
+    tail and a head apart (a gap view)."""
+    human, anchor, start_on = _newest_human_turn(walk, messages, config.start_on)
+    tail = 0
+    while walk.cum_size[tail] < config.min_messages and walk.has(tail + 1):
+        tail += 1
+    if (
+        anchor is not None
+        and human > tail + 1
+        and not _fits(walk.cum_tokens[anchor], walk.cum_size[anchor], room, config.max_messages)
+    ):
+        return _Required(tail, range(human, anchor + 1), start_on)
+    # head and tail touch, or everything from the head to the end fits: one contiguous required
+    # run, which must start on a leading unit
+    floor = 0 if anchor is None else anchor
+    tail = max(tail, floor)
+    lead = tail
+    while not leads(walk.units[lead].unit, start_on) and walk.has(lead + 1):
+        lead += 1
+    if not leads(walk.units[lead].unit, start_on):  # none older: min_messages is best-effort
+        lead = tail
+        while lead > floor and not leads(walk.units[lead].unit, start_on):
+            lead -= 1
+    return _Required(lead, range(0), start_on)
+
+
+def _fresh_cut(walk: _Walk, required: _Required, config: CutConfig, room: int | None) -> int:
+    """The oldest position of the longest contiguous run that fits ``room`` and starts on a
+    leading unit (at least the required run)."""
+    best = position = required.tail
+    while walk.has(position + 1) and _fits(
+        walk.cum_tokens[position + 1], walk.cum_size[position + 1], room, config.max_messages
+    ):
+        position += 1
+        if leads(walk.units[position].unit, required.start_on):
+            best = position
+    return best
+
+
+def _gap_selection(
+    walk: _Walk, required: _Required, config: CutConfig, room: int | None
+) -> list[int]:
+    """The newest human turn's head, then the newest units that fit after it."""
+    head = required.head
+    head_tokens = sum(walk.units[p].tokens for p in head)
+    head_size = sum(walk.units[p].size for p in head)
+    newest = required.tail
+    while newest + 1 < head.start and _fits(
+        walk.cum_tokens[newest + 1] + head_tokens,
+        walk.cum_size[newest + 1] + head_size,
+        room,
+        config.max_messages,
+    ):
+        newest += 1
+    return [*range(newest + 1), *head]
+
+
 def select_view(
     messages: Sequence[BaseMessage],
     start: int,
@@ -267,126 +445,51 @@ def select_view(
     dropped with ``keep_system=False``). ``state`` supplies the previous cut for hysteresis;
     ``shown`` maps each unit to the form it takes in the view (e.g. clipped tool outputs);
     ``keys`` is the caller's :class:`~langmem_ext._identity.KeyChain` over ``messages``, if any.
-    """
-    count = counter.count_message
-    overhead = counter.count_messages(())
-    sys_tokens = count(system) if system is not None else 0
-    fixed = overhead + sys_tokens
-    max_view = config.ceiling(config.max_tokens)
-    hi = None if max_view is None else max_view - fixed
-    target_view = config.ceiling(config.target_tokens)
-    lo = hi if target_view is None else target_view - fixed
 
+    The phases: the budget; the required units (:func:`_required`), clipped or refused when
+    they do not fit (:func:`_overflow`); the selection (the held cut, a fresh cut, or a gap
+    view); the view built from it (:func:`_assemble`).
+    """
+    budget = _budget(config, counter, system)
     units = iter_units_reverse(messages, start)
-    walk = _Walk(units if shown is None else map(shown, units), count)
+    walk = _Walk(units if shown is None else map(shown, units), counter.count_message)
     if not walk.has(0):  # nothing but (maybe) a system message
         view: list[BaseMessage] = [system] if system is not None else []
         return Selection(view, counter.count_messages(view), 0, None)
 
-    # -- find the newest human turn and the unit that can start a view before it ---------------
-    def leads(unit: Unit, start_on: StartOn) -> bool:
-        if start_on == "human":
-            return unit.kind == "human"
-        return unit.kind in ("human", "ai", "tool")  # a custom role never leads a view
-
-    h = 0
-    while walk.has(h) and not walk.units[h].unit.has_human:
-        h += 1
-    start_on: StartOn = config.start_on
-    anchor: int | None = None
-    if walk.has(h):
-        a = h
-        while walk.has(a) and not leads(walk.units[a].unit, start_on):
-            a += 1
-        anchor = a if walk.has(a) else h
-    if anchor is not None and start_on == "human" and not leads(walk.units[anchor].unit, "human"):
-        # no human-led unit at all: the newest human message sits inside a tool round. The
-        # unit's repaired order puts every result right after its call, so the part from that
-        # human message on is itself valid: start the view there
-        unit = walk.units[anchor].unit
-        first = next(i for i, m in enumerate(unit.messages) if isinstance(m, HumanMessage))
-        span = {id(messages[k]): k for k in range(unit.start, unit.stop)}
-        omitted: tuple[tuple[int, Literal["cut"]], ...] = tuple(
-            (span[id(m)], "cut") for m in unit.messages[:first] if id(m) in span
-        )
-        shorter = replace(
-            unit, messages=unit.messages[first:], kind="human", dropped=unit.dropped + omitted
-        )
-        walk.replace(anchor, shorter)
-    if anchor is None or not leads(walk.units[anchor].unit, start_on):
-        start_on = "any"  # no human-led unit anywhere: the rule cannot hold, use unit boundaries
-        if anchor is None:
-            h = -1
-
-    # -- the required tail: the newest unit and min_messages -----------------------------------
-    t = 0
-    while walk.cum_size[t] < config.min_messages and walk.has(t + 1):
-        t += 1
-    if (
-        anchor is None
-        or h <= t + 1
-        or _fits(walk.cum_tokens[anchor], walk.cum_size[anchor], hi, config.max_messages)
-    ):
-        # head and tail touch, or everything from the head to the end fits: one contiguous
-        # required run, which must start on a leading unit
-        floor = 0 if anchor is None else anchor
-        t, anchor = max(t, floor), None
-        u = t
-        while not leads(walk.units[u].unit, start_on) and walk.has(u + 1):
-            u += 1
-        if not leads(walk.units[u].unit, start_on):  # none older: min_messages is best-effort
-            u = t
-            while u > floor and not leads(walk.units[u].unit, start_on):
-                u -= 1
-        t = u
-    head = range(h, anchor + 1) if anchor is not None else range(0)
-    required = [*range(t + 1), *head]
-    needed = walk.cum_tokens[t] + sum(walk.units[p].tokens for p in head)
-
+    required = _required(walk, messages, config, budget.room)
+    needed = walk.cum_tokens[required.tail] + sum(walk.units[p].tokens for p in required.head)
     clipped: tuple[str, ...] = ()
-    if hi is not None and needed > hi:
-        needed, clipped = _overflow(walk, required, needed, hi, config, count, sys_tokens, fixed)
+    if budget.room is not None and needed > budget.room:
+        clipped = _overflow(walk, required.positions, needed, budget, config)
 
-    # -- choose the selection --------------------------------------------------------------------
-    prefix_kept = False
-    selected: list[int]
+    held = False
     if clipped:
-        selected = required
-    elif anchor is None:
+        selected = required.positions
+    elif required.head:
+        selected = _gap_selection(walk, required, config, budget.room)
+    else:
         # contiguous: keep the previous cut while it fits (hysteresis) or cut afresh
         kept_cut = (
-            _held_cut(walk, messages, state, config, hi, t, keys)
-            if target_view and state is not None
+            _held_cut(walk, messages, state, config, budget.room, required.tail, keys)
+            if budget.target_view and state is not None
             else None
         )
-        if kept_cut is not None:
-            selected, prefix_kept = list(range(kept_cut + 1)), True
-        else:
-            best = t
-            c = t
-            while walk.has(c + 1) and _fits(
-                walk.cum_tokens[c + 1], walk.cum_size[c + 1], lo, config.max_messages
-            ):
-                c += 1
-                if leads(walk.units[c].unit, start_on):
-                    best = c
-            selected = list(range(best + 1))
-    else:
-        # gap: the head, then the newest units that fit after it
-        g = t
-        head_tokens = sum(walk.units[p].tokens for p in head)
-        head_size = sum(walk.units[p].size for p in head)
-        while g + 1 < h and _fits(
-            walk.cum_tokens[g + 1] + head_tokens,
-            walk.cum_size[g + 1] + head_size,
-            hi,
-            config.max_messages,
-        ):
-            g += 1
-        selected = [*range(g + 1), *head]
+        held = kept_cut is not None
+        if kept_cut is None:
+            kept_cut = _fresh_cut(walk, required, config, budget.cut_room)
+        selected = list(range(kept_cut + 1))
+    return _assemble(
+        walk, selected, system, config, counter, budget, clipped, held, gap=bool(required.head)
+    )
 
-    # -- build the view ----------------------------------------------------------------------------
-    chosen = sorted(set(selected), reverse=True)  # oldest first
+
+def _collect(
+    walk: _Walk, chosen: list[int]
+) -> tuple[list[BaseMessage], list[SystemMessage], int, bool]:
+    """The messages of the walk positions ``chosen`` (oldest first), with the system messages
+    found among them set apart; how many input messages they represent; whether a unit needed a
+    repair."""
     strays: list[SystemMessage] = []  # system messages later in the history
     body: list[BaseMessage] = []
     kept_inputs = 0
@@ -400,6 +503,25 @@ def select_view(
                 strays.append(m)
             else:
                 body.append(m)
+    return body, strays, kept_inputs, repaired
+
+
+def _assemble(
+    walk: _Walk,
+    selected: list[int],
+    system: SystemMessage | None,
+    config: CutConfig,
+    counter: TokenCounter,
+    budget: _Budget,
+    clipped: tuple[str, ...],
+    held: bool,
+    *,
+    gap: bool,
+) -> Selection:
+    """The view of the selected walk positions: the pinned system message (with the stray system
+    messages of the history merged in, or dropped), then the kept messages oldest first."""
+    chosen = sorted(set(selected), reverse=True)  # oldest first
+    body, strays, kept_inputs, repaired = _collect(walk, chosen)
     leading: list[BaseMessage] = []
     if config.keep_system and (system is not None or strays):
         parts = ([system] if system is not None else []) + strays
@@ -416,33 +538,32 @@ def select_view(
     if strays:
         total = counter.count_messages(view)
     else:
-        total = fixed + sum(walk.units[p].tokens for p in chosen)
+        total = budget.fixed + sum(walk.units[p].tokens for p in chosen)
+    max_view = budget.max_view
     if max_view is not None and total > max_view:
         # only reachable when merging stray system messages cost more than the parts: drop them
         view = ([system] if system is not None else []) + body
         kept_inputs -= len(strays)
         total = counter.count_messages(view)
         if total > max_view:  # pragma: no cover - defensive: the selection above fits by sums
-            raise ContextOverflowError(
+            raise _with_figures(
                 f"the view costs {total:,} tokens, over the budget of {max_view:,}",
-                needed=total,
-                available=max_view,
-                max_tokens=config.max_tokens or 0,
-                reserve_tokens=config.reserve_tokens,
-                system_tokens=sys_tokens,
+                total,
+                max_view,
+                budget,
+                config,
             )
-
-    contiguous = anchor is None
+    first = walk.units[chosen[0]].unit.start if chosen else None
     return Selection(
         view,
         total,
         kept_inputs,
-        walk.units[chosen[0]].unit.start if contiguous and chosen else None,
-        first=walk.units[chosen[0]].unit.start if chosen else None,
+        None if gap else first,
+        first=first,
         clipped=clipped,
         repaired=repaired,
-        held=prefix_kept,
-        gap=not contiguous,
+        held=held,
+        gap=gap,
     )
 
 
@@ -451,23 +572,24 @@ def _held_cut(
     messages: Sequence[BaseMessage],
     state: MemoryState,
     config: CutConfig,
-    hi: int | None,
-    t: int,
+    room: int | None,
+    tail: int,
     keys: KeyChain | None = None,
 ) -> int | None:
-    """Position of the previous turn's cut if the view from it still fits, else None."""
+    """Hysteresis: the walk position of the previous turn's cut if the view from it still fits
+    ``room`` and holds the required run ``0..tail``, else None."""
     if state.cut_key is None or state.cut_index is None:
         return None
     keys = keys or KeyChain(messages)
     index_ok = state.cut_index < len(messages) and keys(state.cut_index) == state.cut_key
     p = 0
     while walk.has(p):
-        if not _fits(walk.cum_tokens[p], walk.cum_size[p], hi, config.max_messages):
+        if not _fits(walk.cum_tokens[p], walk.cum_size[p], room, config.max_messages):
             return None
         unit = walk.units[p].unit
         at_cut = unit.start == state.cut_index if index_ok else keys(unit.start) == state.cut_key
         if at_cut:
-            ok = p >= t and (unit.kind == "human" or config.start_on == "any")
+            ok = p >= tail and (unit.kind == "human" or config.start_on == "any")
             return p if ok else None
         if index_ok and unit.start < state.cut_index:
             return None
@@ -479,64 +601,28 @@ def _overflow(
     walk: _Walk,
     required: list[int],
     needed: int,
-    available: int,
+    budget: _Budget,
     config: CutConfig,
-    count: Callable[[BaseMessage], int],
-    sys_tokens: int,
-    fixed: int,
-) -> tuple[int, tuple[str, ...]]:
-    """Make the required units fit by clipping, or raise. Returns (new cost, clipped keys)."""
-
-    def fail(note: str) -> ContextOverflowError:
-        newest_human = next(
-            (
-                (m, count(m))
-                for p in required
-                for m in reversed(walk.units[p].unit.messages)
-                if isinstance(m, HumanMessage)
-            ),
-            None,
-        )
-        human = (
-            f"; the newest human message alone needs {newest_human[1]:,}"
-            if newest_human is not None
-            else ""
-        )
-        return ContextOverflowError(
-            f"the messages that must be in the view need {needed:,} tokens{human}, but the "
-            f"budget leaves {max(available, 0):,} for them (max_tokens={config.max_tokens:,}, "
-            f"safety_margin={config.safety_margin:g}, reserve_tokens={config.reserve_tokens:,}, "
-            f"system message {sys_tokens:,}, request overhead {fixed - sys_tokens:,}){note}",
-            needed=needed,
-            available=available,
-            max_tokens=config.max_tokens or 0,
-            reserve_tokens=config.reserve_tokens,
-            system_tokens=sys_tokens,
-        )
-
+) -> tuple[str, ...]:
+    """Make the required units fit ``budget.room`` by clipping (``overflow="clip"``), or raise
+    :class:`~langmem_ext.errors.ContextOverflowError` with the numbers. Returns the clipped
+    messages' keys."""
+    available = budget.room
+    assert available is not None
+    refuse = functools.partial(_overflow_error, walk, required, needed, budget, config)
     if config.overflow == "error":
-        raise fail(". Raise max_tokens, or pass overflow='clip' to clip the message with a marker.")
+        raise refuse(
+            ". Raise max_tokens, or pass overflow='clip' to clip the message with a marker."
+        )
     if available <= 0:
-        raise fail(". Clipping cannot help: the system message and reserve alone exceed it.")
-
-    # clip order: the newest human message first, then the largest required messages
-    slots = [(p, i) for p in required for i in range(len(walk.units[p].unit.messages))]
-
-    def msg(slot: tuple[int, int]) -> BaseMessage:
-        return walk.units[slot[0]].unit.messages[slot[1]]
-
-    humans = [s for s in slots if isinstance(msg(s), HumanMessage)]
-    newest = [min(humans, key=lambda s: (s[0], -s[1]))] if humans else []
-    rest = sorted(
-        (s for s in slots if s not in newest),
-        key=lambda s: -count(msg(s)),
-    )
+        raise refuse(". Clipping cannot help: the system message and reserve alone exceed it.")
+    count = walk.count
     excess = needed - available
     clipped: list[str] = []
-    for slot in newest + rest:
+    for p, i in _clip_order(walk, required):
         if excess <= 0:
             break
-        original = msg(slot)
+        original = walk.units[p].unit.messages[i]
         before = count(original)
         new = clip_message(original, max(before - excess, 0), count)
         if new is None:
@@ -544,12 +630,76 @@ def _overflow(
         after = count(new)
         if after >= before:
             continue
-        p, i = slot
         unit_messages = list(walk.units[p].unit.messages)
         unit_messages[i] = new
         walk.replace(p, replace(walk.units[p].unit, messages=tuple(unit_messages)))
         excess -= before - after
         clipped.append(stable_key(original))
     if excess > 0:
-        raise fail(". Clipping every required message was not enough.")
-    return available + excess, tuple(clipped)
+        raise refuse(". Clipping every required message was not enough.")
+    return tuple(clipped)
+
+
+def _clip_order(walk: _Walk, required: list[int]) -> list[tuple[int, int]]:
+    """The required messages as (walk position, index in unit), in the order they are clipped:
+    the newest human message first, then the largest."""
+    slots = [(p, i) for p in required for i in range(len(walk.units[p].unit.messages))]
+
+    def message(slot: tuple[int, int]) -> BaseMessage:
+        return walk.units[slot[0]].unit.messages[slot[1]]
+
+    humans = [s for s in slots if isinstance(message(s), HumanMessage)]
+    newest = [min(humans, key=lambda s: (s[0], -s[1]))] if humans else []
+    rest = sorted((s for s in slots if s not in newest), key=lambda s: -walk.count(message(s)))
+    return newest + rest
+
+
+def _overflow_error(
+    walk: _Walk,
+    required: list[int],
+    needed: int,
+    budget: _Budget,
+    config: CutConfig,
+    note: str,
+) -> ContextOverflowError:
+    """The error for required messages that do not fit, with every figure that explains it."""
+    available = budget.room if budget.room is not None else 0
+    newest_human = next(
+        (
+            walk.count(m)
+            for p in required
+            for m in reversed(walk.units[p].unit.messages)
+            if isinstance(m, HumanMessage)
+        ),
+        None,
+    )
+    human = (
+        f"; the newest human message alone needs {newest_human:,}"
+        if newest_human is not None
+        else ""
+    )
+    return _with_figures(
+        f"the messages that must be in the view need {needed:,} tokens{human}, but the "
+        f"budget leaves {max(available, 0):,} for them (max_tokens={config.max_tokens:,}, "
+        f"safety_margin={config.safety_margin:g}, reserve_tokens={config.reserve_tokens:,}, "
+        f"system message {budget.system_tokens:,}, request overhead "
+        f"{budget.fixed - budget.system_tokens:,}){note}",
+        needed,
+        available,
+        budget,
+        config,
+    )
+
+
+def _with_figures(
+    message: str, needed: int, available: int, budget: _Budget, config: CutConfig
+) -> ContextOverflowError:
+    """A :class:`~langmem_ext.errors.ContextOverflowError` carrying the budget's figures."""
+    return ContextOverflowError(
+        message,
+        needed=needed,
+        available=available,
+        max_tokens=config.max_tokens or 0,
+        reserve_tokens=config.reserve_tokens,
+        system_tokens=budget.system_tokens,
+    )

@@ -84,12 +84,8 @@ class BM25Index:
             for term, tf in terms.items():
                 self._postings.setdefault(term, {})[key] = tf
 
-    def remove(self, key: str) -> None:
-        with self._lock:
-            if key in self._docs:
-                self._remove(key)
-
     def _remove(self, key: str) -> None:
+        """Forget ``key``'s document (the caller holds the lock): ``add`` replaces with it."""
         for term in self._docs.pop(key):
             postings = self._postings[term]
             del postings[key]

@@ -40,9 +40,15 @@ cannot hide each other's turns; an index that saw a mark has seen everything wri
 
 Costs: one embedding per evicted turn (written once), one query embedding per turn, a store search
 and a BM25 lookup (in process, O(postings of the query's terms)), one mark read per query, and two
-small mark writes per turn that evicts something. The store I/O of the index (writes, marks,
-catch-up) is one sans-I/O generator of ``BaseStore`` operations, driven by ``batch`` in
-:meth:`~Retrieval.apply` and by ``abatch`` in :meth:`~Retrieval.aapply`.
+small mark writes per turn that evicts something.
+
+One flow. ``Retrieval`` is a strategy like the others: its plan runs the inner strategy's plan
+(whose fold requests pass through it unchanged), then asks for its I/O as requests the drivers
+fulfil: the turn writes (a read-only view declines them, as it defers a fold), then the index
+search and the knowledge sources together (concurrently under ``aapply``). The store I/O inside
+a request is itself a sans-I/O generator of ``BaseStore`` operations, driven by ``batch`` or by
+``abatch``. ``apply`` / ``aapply`` / ``view`` / ``aview`` are one-line calls of one sync and one
+async driver; see ``ENGINE SWITCH`` below for the move of those drivers into the engine.
 """
 
 from __future__ import annotations
@@ -52,13 +58,13 @@ import concurrent.futures
 import math
 import re
 import threading
-import time
 import uuid
 import warnings
+from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Collection, Generator, Iterable, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar, cast
 
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -68,14 +74,25 @@ from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, Sear
 
 from langmem_ext._fences import neutralize
 from langmem_ext._identity import fingerprint, key_at, keys_between
-from langmem_ext.engine import Plan, StateLike, Strategy
+from langmem_ext._state import FoldDeferred
+from langmem_ext.engine import StateLike, Strategy, _as_sequence, _extra
+from langmem_ext.fold import FoldRequest
 from langmem_ext.keys import MemoryKey
 from langmem_ext.messages import is_system
 from langmem_ext.ranking import BM25Index, reciprocal_rank_fusion
 from langmem_ext.result import MemoryResult
 from langmem_ext.state import MemoryState
 
-__all__ = ["DENSE_WEIGHT", "RETRIEVED_ID", "RRF_K", "Ranking", "Retrieval", "Scope", "render_turn"]
+__all__ = [
+    "DENSE_WEIGHT",
+    "RETRIEVED_ID",
+    "RRF_K",
+    "Ranking",
+    "Retrieval",
+    "RetrievalConfig",
+    "Scope",
+    "render_turn",
+]
 
 #: the id of the context message Retrieval places in the view
 RETRIEVED_ID = "langmem_ext:retrieved"
@@ -101,10 +118,161 @@ _HEADER = (
 _SPACE = re.compile(r"\s+")
 
 _T = TypeVar("_T")
+_Y = TypeVar("_Y")
+_S = TypeVar("_S")
 #: a sans-I/O step of the index: yields batches of store operations, receives their results
 _Io = Generator[list[Op], list[Result], _T]
 #: what a thread mark says: (token of the last write, the next turn number)
 _Mark = tuple[str, int]
+
+
+# -- ENGINE SWITCH ---------------------------------------------------------------------------------
+# What the engine (langmem_ext/engine.py) needs so that the shared drivers run this plan, kept
+# here until it has it. The switch: move ``IoRequest``, ``DECLINED`` and ``_send`` (as the
+# engine's ``_advance``) to engine.py; widen ``Plan`` to ``Generator[FoldRequest | IoRequest, Any,
+# MemoryResult]``; give ``Strategy._plan`` a keyword ``key: MemoryKey | None = None`` passed by
+# every entry point; make ``Strategy.apply`` / ``view`` the body of ``Retrieval._drive`` and
+# ``aapply`` / ``aview`` the body of ``Retrieval._adrive`` (with ``_answer`` / ``_aanswer``).
+# Then delete Retrieval's four entry points, its two drivers and the ``type: ignore`` on _plan.
+
+
+class IoRequest(ABC):
+    """A plan's request for I/O besides the summarizer (store batches, retriever calls).
+
+    The request carries its own sync and async fulfilment, so the drivers stay ignorant of
+    stores and retrievers: ``apply`` sends back ``run()``, ``aapply`` ``await arun()``. A
+    request that ``writes`` changes something outside the call: a read-only view declines it
+    (sends back :data:`DECLINED`), as it defers a fold."""
+
+    #: fulfilling it changes something outside the call (a view declines it)
+    writes: bool = False
+
+    @abstractmethod
+    def run(self) -> Any:
+        """Fulfil the request, blocking."""
+
+    @abstractmethod
+    async def arun(self) -> Any:
+        """Fulfil the request on the event loop."""
+
+
+class _Declined:
+    def __repr__(self) -> str:
+        return "DECLINED"
+
+
+#: what a read-only driver sends back for a request that ``writes``
+DECLINED = _Declined()
+
+_Request = FoldRequest | IoRequest
+#: Retrieval's plan: the inner plan's fold requests and its own I/O requests
+_Flow = Generator[_Request, Any, MemoryResult]
+
+
+def _send(flow: Generator[_Y, _S, _T], value: _S | None) -> tuple[_Y | None, _T | None]:
+    """One step of ``flow``: its next request (None once it is done) and, once done, its result.
+    ``None`` starts a fresh flow."""
+    try:
+        return flow.send(value), None  # type: ignore[arg-type]
+    except StopIteration as done:
+        return None, done.value
+
+
+# -- the requests Retrieval's plan makes ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _StoreFlow(IoRequest, Generic[_T]):
+    """Run ``flow`` (a sans-I/O generator of store operations) with ``batch`` / ``abatch``."""
+
+    store: BaseStore
+    flow: _Io[_T]
+    writes: bool = False
+
+    def run(self) -> _T:
+        ops, result = _send(self.flow, None)
+        while ops is not None:
+            ops, result = _send(self.flow, self.store.batch(ops))
+        return cast(_T, result)
+
+    async def arun(self) -> _T:
+        ops, result = _send(self.flow, None)
+        while ops is not None:
+            ops, result = _send(self.flow, await self.store.abatch(ops))
+        return cast(_T, result)
+
+
+class _TimedOut:
+    """A source's outcome when it did not answer within ``source_timeout``."""
+
+
+_TIMED_OUT = _TimedOut()
+#: what one knowledge source gave: its documents, the exception it raised, or _TIMED_OUT
+_SourceOutcome = list[Document] | BaseException | _TimedOut
+
+
+def _search(source: Source, query: str, k: int) -> list[Document]:
+    if isinstance(source, VectorStore):
+        return source.similarity_search(query, k=k)
+    return source.invoke(query)
+
+
+async def _asearch(source: Source, query: str, k: int) -> list[Document]:
+    if isinstance(source, VectorStore):
+        return await source.asimilarity_search(query, k=k)
+    return await source.ainvoke(query)
+
+
+@dataclass(frozen=True)
+class _SourceSearch(IoRequest):
+    """Ask every knowledge source for ``query`` at once, each within ``timeout`` seconds; the
+    answer is each source's outcome, in order. A slow source never holds the turn."""
+
+    sources: Sequence[Source]
+    query: str
+    k: int
+    timeout: float
+
+    def run(self) -> list[_SourceOutcome]:
+        if not self.sources:
+            return []
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=len(self.sources), thread_name_prefix="langmem_ext-source"
+        )
+        try:
+            futures = [pool.submit(_search, s, self.query, self.k) for s in self.sources]
+            done, _ = concurrent.futures.wait(futures, timeout=self.timeout)
+            return [(f.exception() or f.result()) if f in done else _TIMED_OUT for f in futures]
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def arun(self) -> list[_SourceOutcome]:
+        searches = (
+            asyncio.wait_for(_asearch(s, self.query, self.k), self.timeout) for s in self.sources
+        )
+        outcomes = await asyncio.gather(*searches, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # cancellation and the like are not a source's failure
+        return [_TIMED_OUT if isinstance(o, asyncio.TimeoutError) else o for o in outcomes]
+
+
+@dataclass(frozen=True)
+class _Together(IoRequest):
+    """Two reads at once (concurrently under ``arun``); the answer is both answers."""
+
+    first: IoRequest
+    second: IoRequest
+
+    def run(self) -> tuple[Any, Any]:
+        return self.first.run(), self.second.run()
+
+    async def arun(self) -> tuple[Any, Any]:
+        first, second = await asyncio.gather(self.first.arun(), self.second.arun())
+        return first, second
+
+
+# -- turns as text ---------------------------------------------------------------------------------
 
 
 def _text(message: BaseMessage) -> str:
@@ -134,6 +302,26 @@ def render_turn(messages: Sequence[BaseMessage]) -> str:
         elif body:
             lines.append(f"{m.type}: {body}")
     return "\n".join(lines)
+
+
+def _last_human(messages: Sequence[BaseMessage]) -> int | None:
+    """The position of the newest HumanMessage, or None."""
+    return next(
+        (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
+        None,
+    )
+
+
+def _turn_groups(messages: Sequence[BaseMessage], start: int, stop: int) -> list[list[int]]:
+    """The positions ``start..stop-1`` grouped into turns (each from a HumanMessage; a first
+    group may start inside a turn)."""
+    groups: list[list[int]] = []
+    for i in range(start, stop):
+        if isinstance(messages[i], HumanMessage) or not groups:
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+    return groups
 
 
 def _distinct_texts(ops: Sequence[PutOp]) -> list[list[PutOp]]:
@@ -173,6 +361,18 @@ def _same(original: BaseMessage, shown: BaseMessage) -> bool:
     return clipped or fingerprint(original) == fingerprint(shown)
 
 
+# -- the change marks ------------------------------------------------------------------------------
+
+
+def _token_of(item: Item | None) -> str | None:
+    """A mark's token as read from the store; a foreign value reads as a token that matches
+    nothing we wrote."""
+    if item is None:
+        return None
+    token = item.value.get("token")
+    return token if isinstance(token, str) else f"foreign:{item.value!r}"
+
+
 def _mark_of(item: Item | None) -> _Mark | None:
     """A thread mark as read from the store; a foreign value reads as a mark that matches
     nothing and starts at turn 0 (so the thread is reloaded, never skipped)."""
@@ -184,13 +384,6 @@ def _mark_of(item: Item | None) -> _Mark | None:
     return (token, following)
 
 
-def _token_of(item: Item | None) -> str | None:
-    if item is None:
-        return None
-    token = item.value.get("token")
-    return token if isinstance(token, str) else f"foreign:{item.value!r}"
-
-
 def _order(seq: int) -> str:
     """A turn number as a string that sorts like the number. The catch-up filters on it with
     ``$gte``, and ``PostgresStore`` compares ``$gte`` as text (``value->>'seq' >= '9'``, so 10
@@ -198,26 +391,80 @@ def _order(seq: int) -> str:
     return f"{seq:012d}"
 
 
-def _check_int(name: str, value: object, minimum: int, fix: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+# -- the parameters --------------------------------------------------------------------------------
+
+
+def _is_int(value: object, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_positive(value: object) -> bool:
+    """A finite number > 0 (not a bool, not NaN)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _check_int(name: str, value: object, minimum: int, fix: str) -> None:
+    if not _is_int(value, minimum):
         raise ValueError(f"Retrieval: {name} must be an integer >= {minimum}, got {value!r}; {fix}")
-    return value
 
 
-def _check_positive(name: str, value: object, fix: str) -> float:
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"Retrieval: {name} must be a finite number > 0, got {value!r}; {fix}")
-    return float(value)
+def _check_inner(inner: object) -> None:
+    if not isinstance(inner, Strategy) or isinstance(inner, Retrieval):
+        raise TypeError(
+            f"Retrieval wraps one langmem_ext strategy (TokenBudget, SummaryBuffer, ...), got "
+            f"{type(inner).__name__}"
+        )
 
 
-_PARTS = ("tenant", "user", "session")
-#: the key of a call that gave none: every part fell back to the shared default
-_DEFAULTED = MemoryKey(defaulted=frozenset(_PARTS))
+def _has_index(store: object) -> bool:
+    """Whether ``store`` embeds what it stores (a dense ranking is possible)."""
+    return getattr(store, "index_config", None) is not None
+
+
+def _check_store(store: object) -> None:
+    if not isinstance(store, BaseStore):
+        raise TypeError(
+            f"Retrieval: store must be a LangGraph BaseStore (InMemoryStore, SqliteStore, "
+            f"PostgresStore, ...), got {type(store).__name__}"
+        )
+
+
+def _check_index(store: BaseStore, ranking: Ranking) -> None:
+    if ranking != "bm25" and not _has_index(store):
+        raise ValueError(
+            f"ranking={ranking!r} needs a store with a vector index, e.g. "
+            "InMemoryStore(index={'dims': 384, 'embed': embeddings}); this store has none "
+            "(use ranking='bm25')"
+        )
+
+
+_BUDGET_WHY = "it is what the retrieved-context message may cost"
+
+
+def _retrieved_budget(given: int | None, alias: int | None) -> tuple[int, str]:
+    """The context budget and the name it was given under: ``max_tokens`` is the deprecated
+    alias of ``max_retrieved_tokens`` (the inner strategy's ``max_tokens`` is the budget of
+    the whole request: one name for two budgets misled)."""
+    if alias is None:
+        return (600 if given is None else given), "max_retrieved_tokens"
+    if given is not None:
+        raise TypeError(
+            "Retrieval: pass max_retrieved_tokens only (max_tokens is its deprecated "
+            f"alias), got both: max_retrieved_tokens={given!r}, max_tokens={alias!r}"
+        )
+    warnings.warn(
+        "Retrieval(max_tokens=...) is deprecated: it is the retrieved context's budget, "
+        "not the request's; use max_retrieved_tokens=",
+        DeprecationWarning,
+        stacklevel=3,  # the caller of Retrieval(...)
+    )
+    _check_int("max_tokens", alias, 1, _BUDGET_WHY)
+    return alias, "max_tokens"
 
 
 def _check_room(inner: Strategy, name: str, tokens: int) -> None:
@@ -239,6 +486,120 @@ def _check_room(inner: Strategy, name: str, tokens: int) -> None:
             f"safety_margin and reserve_tokens: nothing would be left for the conversation. "
             f"Lower {name} (e.g. {max(room // 4, 1):,}) or raise {strategy}'s max_tokens"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalConfig:
+    """Retrieval's parameters, checked once on construction: a bad value never waits for the
+    first turn, and each error names the parameter, the value and the fix.
+
+    The fields mean what :class:`Retrieval`'s keywords of the same names mean. ``ranking`` is
+    the resolved ranking (``Retrieval`` picks hybrid or BM25 from its store); ``source_k`` and
+    ``candidates`` stay ``None`` when not given (see :attr:`max_passages` and
+    :attr:`per_ranking` for what they resolve to). ``sources`` is kept as a tuple.
+    """
+
+    k: int = 5
+    max_retrieved_tokens: int = 600
+    min_query_length: int = 3
+    sources: Sequence[Source] = ()
+    scope: Scope = "thread"
+    ranking: Ranking = "bm25"
+    neighbors: int = 1
+    query_messages: int = 0
+    key: MemoryKey | None = None
+    shared_default: bool = False
+    source_k: int | None = None
+    source_timeout: float = 5.0
+    candidates: int | None = None
+    neighbor_chars: int = 600
+    rrf_k: int = RRF_K
+    dense_weight: float = DENSE_WEIGHT
+
+    def __post_init__(self) -> None:
+        self._check_sizes()
+        self._check_choices()
+        self._check_owner()
+        self._check_sources()
+        self._check_fusion()
+
+    @property
+    def max_passages(self) -> int:
+        """At most this many passages from the sources per view: ``source_k``, else ``k``."""
+        return self.k if self.source_k is None else self.source_k
+
+    @property
+    def per_ranking(self) -> int:
+        """How many results each ranking brings to the fusion: ``candidates``, else ``4 * k``."""
+        return 4 * self.k if self.candidates is None else self.candidates
+
+    def _check_sizes(self) -> None:
+        _check_int("k", self.k, 1, "it is how many evicted turns a view may bring back")
+        _check_int("max_retrieved_tokens", self.max_retrieved_tokens, 1, _BUDGET_WHY)
+        for name in ("min_query_length", "neighbors", "query_messages", "neighbor_chars"):
+            _check_int(name, getattr(self, name), 0, "0 turns the feature off")
+        if self.neighbors > 1:
+            raise ValueError(
+                f"Retrieval: neighbors must be 0 (the turns alone) or 1 (each with the turn "
+                f"before it), got {self.neighbors}"
+            )
+        if self.source_k is not None:
+            _check_int("source_k", self.source_k, 0, "or None for k (0: no passages)")
+        if self.candidates is not None:
+            _check_int("candidates", self.candidates, 1, "or None for 4 * k")
+
+    def _check_choices(self) -> None:
+        if self.scope not in ("thread", "user"):
+            raise ValueError(f"Retrieval: scope must be 'thread' or 'user', got {self.scope!r}")
+        if self.ranking not in ("dense", "bm25", "hybrid"):
+            raise ValueError(
+                f"Retrieval: ranking must be 'dense', 'bm25' or 'hybrid', got {self.ranking!r}"
+            )
+
+    def _check_owner(self) -> None:
+        if self.key is not None and not isinstance(self.key, MemoryKey):
+            raise TypeError(f"Retrieval: key must be a MemoryKey, got {type(self.key).__name__}")
+        if not isinstance(self.shared_default, bool):
+            raise TypeError(
+                "Retrieval: shared_default must be a bool, got "
+                f"{type(self.shared_default).__name__}"
+            )
+
+    def _check_sources(self) -> None:
+        sources = self.sources
+        if isinstance(sources, (BaseRetriever, VectorStore, str, bytes)) or not isinstance(
+            sources, Iterable
+        ):
+            raise TypeError(
+                f"Retrieval: sources must be a list of BaseRetriever / VectorStore, got "
+                f"{type(sources).__name__}; wrap a single source in a list: sources=[source]"
+            )
+        object.__setattr__(self, "sources", tuple(sources))
+        for source in self.sources:
+            if not isinstance(source, (BaseRetriever, VectorStore)):
+                raise TypeError(
+                    f"a source must be a BaseRetriever or a VectorStore, got "
+                    f"{type(source).__name__}"
+                )
+        if not _is_positive(self.source_timeout):
+            raise ValueError(
+                "Retrieval: source_timeout must be a finite number > 0, got "
+                f"{self.source_timeout!r}; it is how many seconds a source may take"
+            )
+        object.__setattr__(self, "source_timeout", float(self.source_timeout))
+
+    def _check_fusion(self) -> None:
+        if not _is_int(self.rrf_k, 0):
+            raise ValueError(
+                f"rrf_k must be an integer >= 0, got {self.rrf_k!r}; the default {RRF_K} lets a "
+                "confident first place win"
+            )
+        if not _is_positive(self.dense_weight):
+            raise ValueError(
+                f"dense_weight must be > 0, got {self.dense_weight!r}; it must be a finite number "
+                f"(the default {DENSE_WEIGHT} makes hybrid dense-led)"
+            )
+        object.__setattr__(self, "dense_weight", float(self.dense_weight))
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +631,22 @@ class _Lexical:
         uid = "/".join((*namespace, key))
         self.values[uid] = value
         self.index.add(uid, str(value.get("text", "")))
+
+
+class _Indexing(NamedTuple):
+    """What indexing this call would do: the turn writes, the state with the index watermark
+    moved past them, how many whole turns they ``complete``, the keys of the messages the view
+    shows."""
+
+    ops: list[PutOp]
+    state: MemoryState
+    complete: int
+    shown: set[str]
+
+
+_PARTS = ("tenant", "user", "session")
+#: the key of a call that gave none: every part fell back to the shared default
+_DEFAULTED = MemoryKey(defaulted=frozenset(_PARTS))
 
 
 class Retrieval(Strategy):
@@ -317,8 +694,8 @@ class Retrieval(Strategy):
             the defaults, hybrid is dense-led, and BM25's first places (an exact name, code or
             number) still come through.
 
-    Every parameter is checked here, with an error that names it: a bad value never waits for
-    the first turn.
+    Every parameter is checked here (:class:`RetrievalConfig`, kept as ``config``), with an
+    error that names it: a bad value never waits for the first turn.
     """
 
     uses_key = True
@@ -346,153 +723,100 @@ class Retrieval(Strategy):
         dense_weight: float = DENSE_WEIGHT,
         max_tokens: int | None = None,
     ) -> None:
-        if not isinstance(inner, Strategy) or isinstance(inner, Retrieval):
-            raise TypeError(
-                f"Retrieval wraps one langmem_ext strategy (TokenBudget, SummaryBuffer, ...), got "
-                f"{type(inner).__name__}"
-            )
-        if not isinstance(store, BaseStore):
-            raise TypeError(
-                f"Retrieval: store must be a LangGraph BaseStore (InMemoryStore, SqliteStore, "
-                f"PostgresStore, ...), got {type(store).__name__}"
-            )
-        if max_tokens is not None:
-            if max_retrieved_tokens is not None:
-                raise TypeError(
-                    "Retrieval: pass max_retrieved_tokens only (max_tokens is its deprecated "
-                    f"alias), got both: max_retrieved_tokens={max_retrieved_tokens!r}, "
-                    f"max_tokens={max_tokens!r}"
-                )
-            warnings.warn(
-                "Retrieval(max_tokens=...) is deprecated: it is the retrieved context's budget, "
-                "not the request's; use max_retrieved_tokens=",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            max_retrieved_tokens = max_tokens
-        budget_name = "max_tokens" if max_tokens is not None else "max_retrieved_tokens"
-        if max_retrieved_tokens is None:
-            max_retrieved_tokens = 600
-        _check_int("k", k, 1, "it is how many evicted turns a view may bring back")
-        _check_int(
-            budget_name,
-            max_retrieved_tokens,
-            1,
-            "it is what the retrieved-context message may cost",
+        _check_inner(inner)
+        _check_store(store)
+        budget, budget_name = _retrieved_budget(max_retrieved_tokens, max_tokens)
+        self.config = RetrievalConfig(
+            k=k,
+            max_retrieved_tokens=budget,
+            min_query_length=min_query_length,
+            sources=sources,
+            scope=scope,
+            ranking=ranking or ("hybrid" if _has_index(store) else "bm25"),
+            neighbors=neighbors,
+            query_messages=query_messages,
+            key=key,
+            shared_default=shared_default,
+            source_k=source_k,
+            source_timeout=source_timeout,
+            candidates=candidates,
+            neighbor_chars=neighbor_chars,
+            rrf_k=rrf_k,
+            dense_weight=dense_weight,
         )
-        for name, value in (
-            ("min_query_length", min_query_length),
-            ("neighbors", neighbors),
-            ("query_messages", query_messages),
-            ("neighbor_chars", neighbor_chars),
-        ):
-            _check_int(name, value, 0, "0 turns the feature off")
-        if neighbors > 1:
-            raise ValueError(
-                f"Retrieval: neighbors must be 0 (the turns alone) or 1 (each with the turn "
-                f"before it), got {neighbors}"
-            )
-        if scope not in ("thread", "user"):
-            raise ValueError(f"Retrieval: scope must be 'thread' or 'user', got {scope!r}")
-        dense = getattr(store, "index_config", None) is not None
-        ranking = ranking or ("hybrid" if dense else "bm25")
-        if ranking not in ("dense", "bm25", "hybrid"):
-            raise ValueError(
-                f"Retrieval: ranking must be 'dense', 'bm25' or 'hybrid', got {ranking!r}"
-            )
-        if ranking != "bm25" and not dense:
-            raise ValueError(
-                f"ranking={ranking!r} needs a store with a vector index, e.g. "
-                "InMemoryStore(index={'dims': 384, 'embed': embeddings}); this store has none "
-                "(use ranking='bm25')"
-            )
-        if key is not None and not isinstance(key, MemoryKey):
-            raise TypeError(f"Retrieval: key must be a MemoryKey, got {type(key).__name__}")
-        if not isinstance(shared_default, bool):
-            raise TypeError(
-                f"Retrieval: shared_default must be a bool, got {type(shared_default).__name__}"
-            )
-        if isinstance(sources, (BaseRetriever, VectorStore, str, bytes)) or not isinstance(
-            sources, Iterable
-        ):
-            raise TypeError(
-                f"Retrieval: sources must be a list of BaseRetriever / VectorStore, got "
-                f"{type(sources).__name__}; wrap a single source in a list: sources=[source]"
-            )
-        for source in sources:
-            if not isinstance(source, (BaseRetriever, VectorStore)):
-                raise TypeError(
-                    f"a source must be a BaseRetriever or a VectorStore, got "
-                    f"{type(source).__name__}"
-                )
-        if source_k is not None:
-            _check_int("source_k", source_k, 0, "or None for k (0: no passages)")
-        if candidates is not None:
-            _check_int("candidates", candidates, 1, "or None for 4 * k")
-        if not isinstance(rrf_k, int) or isinstance(rrf_k, bool) or rrf_k < 0:
-            raise ValueError(
-                f"rrf_k must be an integer >= 0, got {rrf_k!r}; the default {RRF_K} lets a "
-                "confident first place win"
-            )
-        if (
-            not isinstance(dense_weight, (int, float))
-            or isinstance(dense_weight, bool)
-            or not math.isfinite(dense_weight)
-            or dense_weight <= 0
-        ):
-            raise ValueError(
-                f"dense_weight must be > 0, got {dense_weight!r}; it must be a finite number "
-                f"(the default {DENSE_WEIGHT} makes hybrid dense-led)"
-            )
-        _check_positive(
-            "source_timeout", source_timeout, "it is how many seconds a source may take"
-        )
-        _check_room(inner, budget_name, max_retrieved_tokens)
+        _check_index(store, self.config.ranking)
+        _check_room(inner, budget_name, budget)
         self.inner = inner
         self.store = store
-        self.k = k
-        self.max_retrieved_tokens: int = max_retrieved_tokens
-        self.min_query_length = min_query_length
-        self.sources = tuple(sources)
-        self.scope: Scope = scope
-        self.ranking: Ranking = ranking
-        self.neighbors = neighbors
-        self.query_messages = query_messages
-        self.key = key
-        self.shared_default = shared_default
-        self.source_k = k if source_k is None else source_k
-        self.source_timeout = float(source_timeout)
-        self.candidates = 4 * k if candidates is None else candidates
-        self.neighbor_chars = neighbor_chars
-        self.rrf_k = rrf_k
-        self.dense_weight = float(dense_weight)
         self.counter = inner.counter
         self.summarizer = inner.summarizer
+        self._clock: Callable[[], float] | None = None
         ttl = store.ttl_config
         self._refresh_ttl = bool(ttl.get("refresh_on_read", True)) if ttl else True
         self._lexicals: OrderedDict[tuple[str, ...], _Lexical] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
+    def max_retrieved_tokens(self) -> int:
+        """What the context message may cost (``config.max_retrieved_tokens``)."""
+        return self.config.max_retrieved_tokens
+
+    @property
     def max_tokens(self) -> int:
         """Deprecated alias of :attr:`max_retrieved_tokens`."""
-        return self.max_retrieved_tokens
+        return self.config.max_retrieved_tokens
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """Where ``now`` comes from: the inner strategy's clock unless one is set here. One
+        ``now`` per call serves the inner plan (retry timing) and the index (``indexed_at``)."""
+        return self._clock or self.inner.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
 
     def __repr__(self) -> str:
+        c = self.config
         return (
-            f"Retrieval({self.inner!r}, k={self.k}, "
-            f"max_retrieved_tokens={self.max_retrieved_tokens}, ranking={self.ranking!r}, "
-            f"scope={self.scope!r}, sources={len(self.sources)})"
+            f"Retrieval({self.inner!r}, k={c.k}, "
+            f"max_retrieved_tokens={c.max_retrieved_tokens}, ranking={c.ranking!r}, "
+            f"scope={c.scope!r}, sources={len(c.sources)})"
         )
 
-    def _plan(
-        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
-    ) -> Plan:
-        """The inner plan with the context budget held back (retrieval itself is I/O, done by
-        :meth:`apply` / :meth:`aapply`)."""
-        return self.inner._plan(messages, state, now, extra + self.max_retrieved_tokens)
+    # -- the plan ---------------------------------------------------------------------------------
 
-    # -- entry points -----------------------------------------------------------------------------
+    def _plan(  # type: ignore[override]  # ENGINE SWITCH: Plan gains IoRequest, _plan a key
+        self,
+        messages: Sequence[BaseMessage],
+        state: MemoryState,
+        now: float,
+        extra: int,
+        *,
+        key: MemoryKey | None = None,
+    ) -> _Flow:
+        """The inner plan with the context budget held back (its fold requests pass through),
+        then the writes of the turns that left the view (a view declines them), then the index
+        search and the knowledge sources together, fused into one context message."""
+        who = self._key(key)
+        budget = extra + self.config.max_retrieved_tokens
+        inner = yield from self.inner._plan(messages, state, now, budget)
+        indexing = self._indexing(messages, inner, who, now)
+        written = yield from self._write(indexing.ops, who)
+        after, count = (indexing.state, indexing.complete) if written else (inner.state, 0)
+        query = self._query(messages)
+        if query is None:
+            return self._compose(inner, after, [], (), count)
+        c = self.config
+        turns, outcomes = yield _Together(
+            _StoreFlow(self.store, self._turns_io(query, who)),
+            _SourceSearch(c.sources, query, c.per_ranking, c.source_timeout),
+        )
+        passages, errors = self._passages(outcomes)
+        picked = self._fuse(turns, passages, indexing.shown)
+        return self._compose(inner, after, picked, errors, count)
+
+    # -- entry points: one sync and one async driver (ENGINE SWITCH: the engine's own) -----------
 
     def apply(
         self,
@@ -502,7 +826,7 @@ class Retrieval(Strategy):
         extra_tokens: int = 0,
         key: MemoryKey | None = None,
     ) -> MemoryResult:
-        return self._run(messages, state, extra_tokens, key, write=True)
+        return self._drive(messages, state, extra_tokens, key, read_only=False)
 
     async def aapply(
         self,
@@ -512,7 +836,7 @@ class Retrieval(Strategy):
         extra_tokens: int = 0,
         key: MemoryKey | None = None,
     ) -> MemoryResult:
-        return await self._arun(messages, state, extra_tokens, key, write=True)
+        return await self._adrive(messages, state, extra_tokens, key, read_only=False)
 
     def view(
         self,
@@ -523,7 +847,7 @@ class Retrieval(Strategy):
         key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Read-only: the inner view plus what is already indexed; writes nothing, no summarizer."""
-        return self._run(messages, state, extra_tokens, key, write=False)
+        return self._drive(messages, state, extra_tokens, key, read_only=True)
 
     async def aview(
         self,
@@ -533,84 +857,79 @@ class Retrieval(Strategy):
         extra_tokens: int = 0,
         key: MemoryKey | None = None,
     ) -> MemoryResult:
-        return await self._arun(messages, state, extra_tokens, key, write=False)
+        return await self._adrive(messages, state, extra_tokens, key, read_only=True)
 
-    # -- the two drivers: the same steps, sync and async I/O ------------------------------------
-
-    def _drive(self, io: _Io[_T]) -> _T:
-        """Run a sans-I/O step with ``store.batch``."""
-        try:
-            ops = next(io)
-            while True:
-                ops = io.send(self.store.batch(ops))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-    async def _adrive(self, io: _Io[_T]) -> _T:
-        """Run a sans-I/O step with ``store.abatch``."""
-        try:
-            ops = next(io)
-            while True:
-                ops = io.send(await self.store.abatch(ops))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-    def _run(
+    def _drive(
         self,
         messages: Sequence[BaseMessage],
         state: StateLike,
         extra: int,
         key: MemoryKey | None,
         *,
-        write: bool,
+        read_only: bool,
     ) -> MemoryResult:
-        who = self._key(key)
-        step = self.inner.apply if write else self.inner.view
-        inner = step(messages, state, extra_tokens=extra + self.max_retrieved_tokens)
-        ops, next_state, count, shown = self._index_ops(messages, inner, who, write)
-        self._drive(self._write_io(ops, who))
-        self._remember(ops)
-        query = self._query(messages)
-        if query is None:
-            return self._compose(inner, next_state, [], (), count)
-        turns = self._drive(self._turns_io(query, who))
-        passages, errors = self._search_sources(query)
-        picked = self._fuse(turns, passages, shown)
-        return self._compose(inner, next_state, picked, errors, count)
+        """Run the plan, fulfilling its requests blocking; a read-only call notifies nobody."""
+        before = MemoryState.coerce(state)
+        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra), key=key)
+        request, result = _send(plan, None)
+        while request is not None:
+            request, result = _send(plan, self._answer(request, read_only))
+        assert result is not None
+        if not read_only:
+            self._notify(before, result.state)
+        return result
 
-    async def _arun(
+    async def _adrive(
         self,
         messages: Sequence[BaseMessage],
         state: StateLike,
         extra: int,
         key: MemoryKey | None,
         *,
-        write: bool,
+        read_only: bool,
     ) -> MemoryResult:
-        who = self._key(key)
-        step = self.inner.aapply if write else self.inner.aview
-        inner = await step(messages, state, extra_tokens=extra + self.max_retrieved_tokens)
-        ops, next_state, count, shown = self._index_ops(messages, inner, who, write)
-        await self._adrive(self._write_io(ops, who))
-        self._remember(ops)
-        query = self._query(messages)
-        if query is None:
-            return self._compose(inner, next_state, [], (), count)
-        turns, (passages, errors) = await asyncio.gather(
-            self._adrive(self._turns_io(query, who)), self._asearch_sources(query)
-        )
-        picked = self._fuse(turns, passages, shown)
-        return self._compose(inner, next_state, picked, errors, count)
+        """:meth:`_drive` with awaited requests; the plan's steps run off the event loop when
+        the counter does I/O."""
+        before = MemoryState.coerce(state)
+        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra), key=key)
+        blocking = bool(getattr(self.counter, "is_blocking", False))
+
+        async def step(value: Any) -> tuple[_Request | None, MemoryResult | None]:
+            return await asyncio.to_thread(_send, plan, value) if blocking else _send(plan, value)
+
+        request, result = await step(None)
+        while request is not None:
+            request, result = await step(await self._aanswer(request, read_only))
+        assert result is not None
+        if not read_only:
+            self._notify(before, result.state)
+        return result
+
+    def _answer(self, request: _Request, read_only: bool) -> Any:
+        """A read-only call folds nothing and writes nothing: a fold is deferred, a write
+        declined."""
+        if isinstance(request, FoldRequest):
+            return FoldDeferred() if read_only else self._fold(request)
+        return DECLINED if read_only and request.writes else request.run()
+
+    async def _aanswer(self, request: _Request, read_only: bool) -> Any:
+        if isinstance(request, FoldRequest):
+            return FoldDeferred() if read_only else await self._afold(request)
+        return DECLINED if read_only and request.writes else await request.arun()
+
+    def _notify(self, before: MemoryState, after: MemoryState) -> None:
+        """The callbacks are the inner strategy's (Retrieval adds none of its own)."""
+        self.inner._notify(before, after)
 
     # -- whose memory -----------------------------------------------------------------------------
 
     def _key(self, key: MemoryKey | None) -> MemoryKey:
-        """The key of this call: the call's key, its defaulted parts filled from ``self.key``
-        (a fully defaulted key when there is neither). Fails closed when the part the scope
-        needs is still a default, unless ``shared_default=True``."""
+        """The key of this call: the call's key, its defaulted parts filled from the default
+        ``key`` (a fully defaulted key when there is neither). Fails closed when the part the
+        scope needs is still a default, unless ``shared_default=True``."""
         if key is not None and not isinstance(key, MemoryKey):
             raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
-        base = self.key
+        base, scope = self.config.key, self.config.scope
         if key is None:
             who = base if base is not None else _DEFAULTED
         elif base is None or not key.defaulted:
@@ -620,22 +939,22 @@ class Retrieval(Strategy):
                 str(getattr(base if p in key.defaulted else key, p)) for p in _PARTS
             )
             who = MemoryKey(tenant, user, session, defaulted=key.defaulted & base.defaulted)
-        if not self.shared_default:
+        if not self.config.shared_default:
             who.require(
-                "session" if self.scope == "thread" else "user",
-                owner=f"Retrieval(scope={self.scope!r})",
+                "session" if scope == "thread" else "user",
+                owner=f"Retrieval(scope={scope!r})",
                 opt_out="shared_default",
             )
         return who
 
     # -- indexing ---------------------------------------------------------------------------------
 
-    def _index_ops(
-        self, messages: Sequence[BaseMessage], result: MemoryResult, key: MemoryKey, write: bool
-    ) -> tuple[list[PutOp], MemoryState, int, set[str]]:
-        """The store writes for the turns that left the view since the last call, the state
-        with the index watermark moved past them (unchanged for a read-only view), and the keys
-        of the messages the view shows. Pure.
+    def _indexing(
+        self, messages: Sequence[BaseMessage], result: MemoryResult, key: MemoryKey, now: float
+    ) -> _Indexing:
+        """The store writes for the turns that left the view since the last call (stamped
+        ``now``), the state with the index watermark moved past them, and the keys of the
+        messages the view shows. Pure: ``now`` comes from the driver's clock.
 
         Everything is anchored to positions: the keys are :func:`key_at` keys, and what the view
         shows is found by walking the view and the history back from their ends together, so a
@@ -645,49 +964,43 @@ class Retrieval(Strategy):
         body_start = 1 if n and is_system(messages[0]) else 0
         start, keys = self._watermark(messages, state, body_start)
         first_kept, shown = self._shown(messages, result.messages, start, keys)
-        if not write:
-            return [], state, 0, shown
-        evicted = range(start, first_kept)
-        if not evicted:
-            return [], state, 0, shown
-        groups: list[list[int]] = []
-        for i in evicted:
-            if isinstance(messages[i], HumanMessage) or not groups:
-                groups.append([i])
-            else:
-                groups[-1].append(i)
+        groups = _turn_groups(messages, start, first_kept)
+        if not groups:
+            return _Indexing([], state, 0, shown)
         # the last group is unfinished when the view starts inside its turn: index what left,
         # and index it again (same key) once the rest of the turn has left too
         unfinished = first_kept < n and not isinstance(messages[first_kept], HumanMessage)
-        prev = self._previous_turn(messages, start, body_start)
-        namespace = key.namespace(_KIND)
-        now = time.time()
-        ops: list[PutOp] = []
-        seq = state.indexed_turns
-        for g, group in enumerate(groups):
-            text = render_turn([messages[i] for i in group])
-            value = {
-                "text": text,
-                "prev": prev[-self.neighbor_chars :] if prev else "",
-                "ids": [keys[i - start] for i in group],
-                "seq": seq,
-                "order": _order(seq),
-                "thread": key.session,
-                "indexed_at": now,
-            }
-            ops.append(PutOp(namespace, keys[group[0] - start], value, index=["text"]))
-            prev = text
-            if not (unfinished and g == len(groups) - 1):
-                seq += 1
-        watermark = first_kept - (len(groups[-1]) if unfinished else 0)
+        texts = [render_turn([messages[i] for i in group]) for group in groups]
+        before = [self._previous_turn(messages, start, body_start), *texts[:-1]]
+        first_seq = state.indexed_turns
+        ops = [
+            self._turn_write(key, first_seq + g, text, prev, [keys[i - start] for i in group], now)
+            for g, (group, text, prev) in enumerate(zip(groups, texts, before, strict=True))
+        ]
         complete = len(groups) - (1 if unfinished else 0)
+        watermark = first_kept - (len(groups[-1]) if unfinished else 0)
         moved = replace(
             state,
             indexed=watermark if watermark > body_start else 0,
             indexed_key=key_at(messages, watermark - 1) if watermark > body_start else None,
-            indexed_turns=seq,
+            indexed_turns=first_seq + complete,
         )
-        return ops, moved, complete, shown
+        return _Indexing(ops, moved, complete, shown)
+
+    def _turn_write(
+        self, key: MemoryKey, seq: int, text: str, prev: str, ids: list[str], now: float
+    ) -> PutOp:
+        """The write of one turn, under the key of its first message."""
+        value = {
+            "text": text,
+            "prev": prev[-self.config.neighbor_chars :] if prev else "",
+            "ids": ids,
+            "seq": seq,
+            "order": _order(seq),
+            "thread": key.session,
+            "indexed_at": now,
+        }
+        return PutOp(key.namespace(_KIND), ids[0], value, index=["text"])
 
     @staticmethod
     def _watermark(
@@ -734,12 +1047,20 @@ class Retrieval(Strategy):
             j -= 1
         return render_turn(messages[j:start]) if j >= body_start else ""
 
+    def _write(self, ops: list[PutOp], key: MemoryKey) -> Generator[_Request, Any, bool]:
+        """Ask for the writes of ``ops`` and their marks; whether they were written (a
+        read-only call declines them). Written turns join this process's BM25 indexes."""
+        if not ops:
+            return True
+        if (yield _StoreFlow(self.store, self._write_io(ops, key), writes=True)) is DECLINED:
+            return False
+        self._remember(ops)
+        return True
+
     def _write_io(self, ops: Sequence[PutOp], key: MemoryKey) -> _Io[None]:
         """Write the turns, then the thread's mark, then the user's mark, each after the last
         (a reader that sees a mark sees what it announces). Marks are blind writes of a fresh
         token: no read-modify-write, so concurrent writers never undo each other."""
-        if not ops:
-            return
         for batch in _distinct_texts(ops):
             yield list(batch)
         token = uuid.uuid4().hex
@@ -761,22 +1082,19 @@ class Retrieval(Strategy):
     # -- searching --------------------------------------------------------------------------------
 
     def _query(self, messages: Sequence[BaseMessage]) -> str | None:
-        last = next(
-            (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
-            None,
-        )
+        last = _last_human(messages)
         if last is None:
             return None
         text = _text(messages[last])
-        if len(text.split()) < self.min_query_length:
+        if len(text.split()) < self.config.min_query_length:
             return None
-        if self.query_messages:
-            context = [_text(m) for m in messages[max(0, last - self.query_messages) : last]]
-            text = "\n".join([*context, text])
+        if self.config.query_messages:
+            before = messages[max(0, last - self.config.query_messages) : last]
+            text = "\n".join([*(_text(m) for m in before), text])
         return text
 
     def _prefix(self, key: MemoryKey) -> tuple[str, ...]:
-        return key.namespace(_KIND, scope="session" if self.scope == "thread" else "user")
+        return key.namespace(_KIND, scope="session" if self.config.scope == "thread" else "user")
 
     def _lexical_for(self, prefix: tuple[str, ...]) -> _Lexical | None:
         with self._lock:
@@ -795,28 +1113,29 @@ class Retrieval(Strategy):
     def _turns_io(self, query: str, key: MemoryKey) -> _Io[list[tuple[float, list[_Candidate]]]]:
         """The memory index's rankings, each with its fusion weight. The dense search and the
         mark read go in one batch; a stale BM25 index then catches up."""
+        c = self.config
         prefix = self._prefix(key)
         marks = key.namespace(_MARKS, scope="user")
         thread = key.labels()[2]
         first: list[Op] = []
-        if self.ranking != "bm25":
-            first.append(SearchOp(prefix, None, self.candidates, 0, query, self._refresh_ttl))
-        if self.ranking != "dense":
-            mark_key = thread if self.scope == "thread" else _USER_MARK
+        if c.ranking != "bm25":
+            first.append(SearchOp(prefix, None, c.per_ranking, 0, query, self._refresh_ttl))
+        if c.ranking != "dense":
+            mark_key = thread if c.scope == "thread" else _USER_MARK
             first.append(GetOp(marks, mark_key, self._refresh_ttl))
         results = yield first
         rankings: list[tuple[float, list[_Candidate]]] = []
-        if self.ranking != "bm25":
+        if c.ranking != "bm25":
             dense = results[0]
             assert isinstance(dense, list)
             items = [it for it in dense if isinstance(it, Item)]
             turns = [self._turn("/".join((*it.namespace, it.key)), it.value) for it in items]
-            rankings.append((self.dense_weight, turns))
-        if self.ranking != "dense":
+            rankings.append((c.dense_weight, turns))
+        if c.ranking != "dense":
             mark = results[-1]
             assert mark is None or isinstance(mark, Item)
             lexical = yield from self._lexical_io(prefix, marks, thread, mark)
-            hits = lexical.index.search(query, self.candidates)
+            hits = lexical.index.search(query, c.per_ranking)
             rankings.append((1.0, [self._turn(uid, lexical.values[uid]) for uid, _ in hits]))
         return rankings
 
@@ -828,7 +1147,7 @@ class Retrieval(Strategy):
         each thread whose mark changed since the index last saw it."""
         lexical = self._lexical_for(prefix)
         token: str | None = None
-        if self.scope == "thread":
+        if self.config.scope == "thread":
             thread_mark = _mark_of(mark)
             if lexical is not None and lexical.marks.get(thread) == thread_mark:
                 return lexical
@@ -844,6 +1163,17 @@ class Retrieval(Strategy):
             fresh.marks, fresh.user_token = seen, token
             self._install(prefix, fresh)
             return fresh
+        yield from self._load(lexical, self._catch_up(prefix, lexical, seen))
+        with self._lock:
+            lexical.marks.update(seen)
+            lexical.user_token = token
+        return lexical
+
+    def _catch_up(
+        self, prefix: tuple[str, ...], lexical: _Lexical, seen: dict[str, _Mark]
+    ) -> list[tuple[tuple[str, ...], dict[str, Any] | None]]:
+        """What ``lexical`` lacks given the marks just ``seen``: per thread whose mark changed,
+        (its namespace, a filter on the turn numbers it has not seen)."""
         loads: list[tuple[tuple[str, ...], dict[str, Any] | None]] = []
         for label, now in seen.items():
             before = lexical.marks.get(label)
@@ -852,13 +1182,9 @@ class Retrieval(Strategy):
             # the last turn seen may have been written unfinished and completed since (same
             # number); a numbering that went back (state reset) reloads the thread
             since = 0 if before is None or now[1] < before[1] else max(before[1] - 1, 0)
-            namespace = prefix if self.scope == "thread" else (*prefix, label)
+            namespace = prefix if self.config.scope == "thread" else (*prefix, label)
             loads.append((namespace, {"order": {"$gte": _order(since)}} if since else None))
-        yield from self._load(lexical, loads)
-        with self._lock:
-            lexical.marks.update(seen)
-            lexical.user_token = token
-        return lexical
+        return loads
 
     def _read_marks(self, marks_ns: tuple[str, ...]) -> _Io[dict[str, _Mark]]:
         """Every thread mark of the user (one page per 500 threads)."""
@@ -904,87 +1230,31 @@ class Retrieval(Strategy):
             text=str(value.get("text", "")),
             kind="turn",
             seq=int(value.get("seq", 0)),
-            prev=str(value.get("prev", "")) if self.neighbors else "",
+            prev=str(value.get("prev", "")) if self.config.neighbors else "",
             ids=tuple(str(i) for i in value.get("ids", ())),
         )
 
     # -- knowledge sources ------------------------------------------------------------------------
 
     def _source_name(self, index: int) -> str:
-        source = self.sources[index]
+        source = self.config.sources[index]
         return getattr(source, "name", None) or f"{type(source).__name__}[{index}]"
 
-    def _passages(self, index: int, documents: Sequence[Document]) -> list[_Candidate]:
-        name = self._source_name(index)
-        seen: set[str] = set()
-        out: list[_Candidate] = []
-        for document in documents:
-            text = document.page_content
-            norm = _normal(text)
-            if not norm or norm in seen:
-                continue
-            seen.add(norm)
-            out.append(
-                _Candidate(uid=f"source:{index}:{len(out)}", text=text, kind="passage", source=name)
-            )
-        return out
-
-    def _query_source(self, index: int, query: str) -> list[Document]:
-        source = self.sources[index]
-        if isinstance(source, VectorStore):
-            return source.similarity_search(query, k=self.candidates)
-        return source.invoke(query)
-
-    async def _aquery_source(self, index: int, query: str) -> list[Document]:
-        source = self.sources[index]
-        if isinstance(source, VectorStore):
-            return await source.asimilarity_search(query, k=self.candidates)
-        return await source.ainvoke(query)
-
-    def _search_sources(self, query: str) -> tuple[list[list[_Candidate]], tuple[str, ...]]:
-        if not self.sources:
-            return [], ()
-        pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=len(self.sources), thread_name_prefix="langmem_ext-source"
-        )
-        try:
-            futures = [pool.submit(self._query_source, i, query) for i in range(len(self.sources))]
-            done, _ = concurrent.futures.wait(futures, timeout=self.source_timeout)
-            rankings: list[list[_Candidate]] = []
-            errors: list[str] = []
-            for i, future in enumerate(futures):
-                if future not in done:
-                    errors.append(f"{self._source_name(i)}: timed out after {self.source_timeout}s")
-                elif future.exception() is not None:
-                    error = future.exception()
-                    errors.append(f"{self._source_name(i)}: {type(error).__name__}: {error}")
-                else:
-                    rankings.append(self._passages(i, future.result()))
-            return rankings, tuple(errors)
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)  # a slow source never holds the turn
-
-    async def _asearch_sources(self, query: str) -> tuple[list[list[_Candidate]], tuple[str, ...]]:
-        if not self.sources:
-            return [], ()
-
-        async def one(i: int) -> list[Document]:
-            return await asyncio.wait_for(self._aquery_source(i, query), self.source_timeout)
-
-        outcomes = await asyncio.gather(
-            *(one(i) for i in range(len(self.sources))), return_exceptions=True
-        )
+    def _passages(
+        self, outcomes: Sequence[_SourceOutcome]
+    ) -> tuple[list[list[_Candidate]], tuple[str, ...]]:
+        """Each answering source's passages (deduplicated by content), and a line per source
+        that failed or timed out ("name: error")."""
         rankings: list[list[_Candidate]] = []
         errors: list[str] = []
-        for i, outcome in enumerate(outcomes):
-            if isinstance(outcome, asyncio.TimeoutError):
-                errors.append(f"{self._source_name(i)}: timed out after {self.source_timeout}s")
+        for index, outcome in enumerate(outcomes):
+            name = self._source_name(index)
+            if isinstance(outcome, _TimedOut):
+                errors.append(f"{name}: timed out after {self.config.source_timeout}s")
             elif isinstance(outcome, BaseException):
-                if not isinstance(outcome, Exception):
-                    raise outcome  # cancellation and the like are not a source's failure
-                errors.append(f"{self._source_name(i)}: {type(outcome).__name__}: {outcome}")
+                errors.append(f"{name}: {type(outcome).__name__}: {outcome}")
             else:
-                rankings.append(self._passages(i, outcome))
+                rankings.append(_passages_of(index, name, outcome))
         return rankings, tuple(errors)
 
     # -- fusion and the context message -----------------------------------------------------------
@@ -1011,8 +1281,9 @@ class Retrieval(Strategy):
         picked: list[_Candidate] = []
         texts: set[str] = set()
         counts = {"turn": 0, "passage": 0}
-        caps = {"turn": self.k, "passage": self.source_k}
-        for uid, _ in reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=weights):
+        caps = {"turn": self.config.k, "passage": self.config.max_passages}
+        fused = reciprocal_rank_fusion(rankings, k=self.config.rrf_k, weights=weights)
+        for uid, _ in fused:
             c = by_uid[uid]
             norm = _normal(c.text)
             if norm in texts or counts[c.kind] >= caps[c.kind]:
@@ -1022,19 +1293,34 @@ class Retrieval(Strategy):
             picked.append(c)
         return picked
 
-    def _block(self, c: _Candidate, with_prev: bool) -> str:
-        """One fenced block. Everything retrieved is neutralised (no tag of ours inside it can
-        open or close a fence), and a source's name cannot leave its attribute."""
-        if c.kind == "passage":
-            name = neutralize(c.source).replace('"', "'")
-            return f'<passage source="{name}">\n{neutralize(c.text)}\n</passage>'
-        body = neutralize(c.text)
-        if with_prev and c.prev:
-            body = f"(the turn before)\n{neutralize(c.prev)}\n(the turn)\n{body}"
-        return f"<turn n={c.seq}>\n{body}\n</turn>"
+    def _fits(self, blocks: list[tuple[_Candidate, str]]) -> tuple[HumanMessage, int] | None:
+        """The context message of ``blocks`` (turns first, oldest first) and its tokens, or
+        None when it costs more than ``max_retrieved_tokens``."""
+        ordered = sorted(blocks, key=lambda b: (b[0].kind != "turn", b[0].seq))
+        text = "\n".join([_OPEN, _HEADER, *(block for _, block in ordered), _CLOSE])
+        message = HumanMessage(text, id=RETRIEVED_ID)
+        tokens = self.counter.count_message(message)
+        return (message, tokens) if tokens <= self.config.max_retrieved_tokens else None
 
-    def _message(self, blocks: Sequence[str]) -> HumanMessage:
-        return HumanMessage("\n".join([_OPEN, _HEADER, *blocks, _CLOSE]), id=RETRIEVED_ID)
+    def _context(
+        self, picked: Sequence[_Candidate]
+    ) -> tuple[list[_Candidate], tuple[HumanMessage, int] | None]:
+        """What goes into the context message, and the message with its tokens (None when
+        nothing fits): 1. the results, best first, each whole or not at all; 2. with what is
+        left, each chosen turn's neighbour, best first (a neighbour never displaces a result)."""
+        chosen: list[tuple[_Candidate, str]] = []
+        message: tuple[HumanMessage, int] | None = None
+        for c in picked:
+            trial = [*chosen, (c, _block(c, with_prev=False))]
+            if (fits := self._fits(trial)) is not None:
+                chosen, message = trial, fits
+        for i, (c, _) in enumerate(list(chosen)):
+            if not c.prev:
+                continue
+            trial = [*chosen[:i], (c, _block(c, with_prev=True)), *chosen[i + 1 :]]
+            if (fits := self._fits(trial)) is not None:
+                chosen, message = trial, fits
+        return [c for c, _ in chosen], message
 
     def _compose(
         self,
@@ -1044,46 +1330,49 @@ class Retrieval(Strategy):
         errors: tuple[str, ...],
         indexed: int,
     ) -> MemoryResult:
-        chosen: list[tuple[_Candidate, str]] = []
-        message: HumanMessage | None = None
-        cost = 0
-
-        def fits(trial: list[tuple[_Candidate, str]]) -> tuple[HumanMessage, int] | None:
-            ordered = sorted(trial, key=lambda t: (t[0].kind != "turn", t[0].seq))
-            candidate = self._message([b for _, b in ordered])
-            tokens = self.counter.count_message(candidate)
-            return (candidate, tokens) if tokens <= self.max_retrieved_tokens else None
-
-        # 1. the results, best first, each whole or not at all; 2. with what is left, each
-        # chosen turn's neighbour, best first (a neighbour never displaces a result)
-        for c in picked:
-            trial = [*chosen, (c, self._block(c, False))]
-            if (got := fits(trial)) is not None:
-                chosen, (message, cost) = trial, got
-        for i, (c, _) in enumerate(list(chosen)):
-            if not c.prev:
-                continue
-            trial = [*chosen[:i], (c, self._block(c, True)), *chosen[i + 1 :]]
-            if (got := fits(trial)) is not None:
-                chosen, (message, cost) = trial, got
-        report = replace(
-            inner.report,
-            indexed=indexed,
-            source_errors=errors,
-        )
-        if message is None:
-            return MemoryResult(list(inner.messages), state, report)
+        """The inner view with the context message placed just before the newest human
+        message (late, so the cached prompt prefix stays the same)."""
+        chosen, message = self._context(picked)
+        report = replace(inner.report, indexed=indexed, source_errors=errors)
         view = list(inner.messages)
-        at = next(
-            (i for i in range(len(view) - 1, -1, -1) if isinstance(view[i], HumanMessage)),
-            len(view),
-        )
-        view.insert(at, message)
+        if message is None:
+            return MemoryResult(view, state, report)
+        context, cost = message
+        at = _last_human(view)
+        view.insert(len(view) if at is None else at, context)
         report = replace(
             report,
             tokens_after=report.tokens_after + cost,
             messages_after=report.messages_after + 1,
-            retrieved=tuple(c.uid for c, _ in chosen),
+            retrieved=tuple(c.uid for c in chosen),
             retrieved_tokens=cost,
         )
         return MemoryResult(view, state, report)
+
+
+def _passages_of(index: int, name: str, documents: Sequence[Document]) -> list[_Candidate]:
+    """Source ``index``'s documents as passages, without repeats of the same content."""
+    seen: set[str] = set()
+    out: list[_Candidate] = []
+    for document in documents:
+        text = document.page_content
+        norm = _normal(text)
+        if not norm or norm in seen:
+            continue
+        seen.add(norm)
+        out.append(
+            _Candidate(uid=f"source:{index}:{len(out)}", text=text, kind="passage", source=name)
+        )
+    return out
+
+
+def _block(c: _Candidate, *, with_prev: bool) -> str:
+    """One fenced block. Everything retrieved is neutralised (no tag of ours inside it can
+    open or close a fence), and a source's name cannot leave its attribute."""
+    if c.kind == "passage":
+        name = neutralize(c.source).replace('"', "'")
+        return f'<passage source="{name}">\n{neutralize(c.text)}\n</passage>'
+    body = neutralize(c.text)
+    if with_prev and c.prev:
+        body = f"(the turn before)\n{neutralize(c.prev)}\n(the turn)\n{body}"
+    return f"<turn n={c.seq}>\n{body}\n</turn>"

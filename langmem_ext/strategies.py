@@ -1,4 +1,15 @@
-"""The trimming strategies: presets of the one cutting plan (:mod:`langmem_ext.plan`)."""
+"""The strategies users construct: presets of the two pure plans.
+
+* Trimming: :class:`TokenBudget` and :class:`SlidingWindow` configure the cutting plan
+  (:func:`langmem_ext.plan.plan_cut`, a :class:`~langmem_ext.plan.CutConfig`).
+* Summarizing: :class:`SummaryBuffer`, :class:`Compacting` and :class:`TieredSummary` configure
+  the fold plan (:func:`langmem_ext.fold.plan_fold`, a :class:`~langmem_ext.fold.FoldConfig`);
+  they differ only in how their parameters set the trigger, the target and the clip tier.
+
+The summarizing constructors keep explicit keyword signatures (for type checkers, IDEs and
+``help()``); the parameters they share are documented once (``_SUMMARIZING_ARGS_DOC``, appended
+to each class's docstring) and resolved once (``_Summarizing._setup``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +22,7 @@ from langchain_core.messages import BaseMessage
 
 from langmem_ext.engine import HealthCallback, Plan, Strategy, SummaryCallback, finished
 from langmem_ext.fold import FoldConfig, Placement, SummaryOverflow, plan_fold
-from langmem_ext.plan import CutConfig, Overflow, StartOn, plan_cut
+from langmem_ext.plan import CutConfig, Overflow, StartOn, ViewLimits, plan_cut, require_int
 from langmem_ext.state import MemoryState
 from langmem_ext.summarize import Summarizer, SummarizerLike
 from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
@@ -19,19 +30,11 @@ from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
 __all__ = ["Compacting", "SlidingWindow", "SummaryBuffer", "TieredSummary", "TokenBudget"]
 
 
-ConfigT = TypeVar("ConfigT", CutConfig, FoldConfig)
+ConfigT = TypeVar("ConfigT", bound=ViewLimits)
 
 _DEFAULT_SUMMARY_TOKENS = 1_000
 _DEFAULT_INPUT_TOKENS = 16_000
 _SUMMARY_FLOOR_WHY = "(a summary needs room to say anything)"
-
-
-def _check_int(name: str, value: object, minimum: int, why: str = "") -> None:
-    """Refuse a non-integer or too small setting, naming it, before any arithmetic on it."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(
-            f"{name} must be an integer >= {minimum:,}, got {value!r}" + (f" {why}" if why else "")
-        )
 
 
 def _with_counter(summarizer: Summarizer, counter: TokenCounter) -> Summarizer:
@@ -55,7 +58,18 @@ def _reserving(config: ConfigT, extra: int) -> ConfigT:
     return replace(config, reserve_tokens=config.reserve_tokens + extra)
 
 
-class TokenBudget(Strategy):
+class _Trimming(Strategy):
+    """Shared plan of the trimming strategies: the cutting plan under their config."""
+
+    config: CutConfig
+
+    def _plan(
+        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
+    ) -> Plan:
+        return finished(plan_cut, messages, state, _reserving(self.config, extra), self.counter)
+
+
+class TokenBudget(_Trimming):
     """The newest whole units of the conversation that fit in ``max_tokens``.
 
     Args:
@@ -118,13 +132,8 @@ class TokenBudget(Strategy):
         target = f", target_tokens={c.target_tokens}" if c.target_tokens else ""
         return f"TokenBudget(max_tokens={c.max_tokens}{target}, counter={self.counter!r})"
 
-    def _plan(
-        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
-    ) -> Plan:
-        return finished(plan_cut, messages, state, _reserving(self.config, extra), self.counter)
 
-
-class SlidingWindow(Strategy):
+class SlidingWindow(_Trimming):
     """The last ``max_messages`` messages, moved to unit and human-turn boundaries.
 
     Counted in messages, not pairs; the pinned system message is not counted. The cut moves
@@ -168,11 +177,6 @@ class SlidingWindow(Strategy):
         tokens = f", max_tokens={self.config.max_tokens}" if self.config.max_tokens else ""
         return f"SlidingWindow(max_messages={self.config.max_messages}{tokens})"
 
-    def _plan(
-        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
-    ) -> Plan:
-        return finished(plan_cut, messages, state, _reserving(self.config, extra), self.counter)
-
 
 class _Summarizing(Strategy):
     """Shared set-up of the summarizing strategies: one fold pipeline, different presets."""
@@ -215,7 +219,7 @@ class _Summarizing(Strategy):
                         f"the default summary budget (max_tokens // 4 = {max_summary_tokens}) "
                         "is under the 16-token minimum; use max_tokens >= 64, or TokenBudget"
                     )
-            _check_int("max_summary_tokens", max_summary_tokens, 16, _SUMMARY_FLOOR_WHY)
+            require_int("max_summary_tokens", max_summary_tokens, 16, _SUMMARY_FLOOR_WHY)
             self.summarizer = Summarizer(
                 summarizer,
                 max_summary_tokens=max_summary_tokens,
@@ -257,6 +261,26 @@ class _Summarizing(Strategy):
         return plan_fold(messages, state, _reserving(self.config, extra), self.counter, now)
 
 
+_SUMMARIZING_ARGS_DOC = """
+    Shared arguments (every summarizing strategy):
+        summarizer: a :class:`~langmem_ext.summarize.Summarizer`, or a chat model /
+            ``"provider:model"`` string / callable to build one. A Summarizer is copied to measure
+            with this strategy's ``counter``; the caller's object is not changed.
+        counter: how tokens are counted, as for :class:`TokenBudget` (default: approximate).
+        reserve_tokens: room held back for tool schemas and the model's output.
+        safety_margin: share of ``max_tokens`` held back for counter error.
+        min_messages: recent messages always kept verbatim.
+        placement: the summary goes into the single leading SystemMessage (``"system"``,
+            default, fenced and labelled after the original system text) or into a marked
+            HumanMessage right after it (``"human"``). Never a second SystemMessage.
+        overflow: when summary + ``min_messages`` + the newest human message cannot fit:
+            ``"truncate_summary"`` (default), ``"truncate_oldest"`` or ``"error"``
+            (:class:`~langmem_ext.errors.MemoryBudgetExceeded`).
+        degrade_after, retry_initial, retry_max: the failure policy below.
+        on_summary_updated, on_health_changed: callbacks, see below.
+        clock: where ``now`` comes from (``time.time`` by default; replace it in tests).
+"""
+
 _FAILURE_DOC = """
     Failure: if the summarizer fails (after its own retries and fallback), nothing is marked
     folded; the view is the last good summary plus the newest messages that fit, with a visible
@@ -268,6 +292,8 @@ _FAILURE_DOC = """
     ``on_summary_updated(old, new)`` and ``on_health_changed(old, new)`` are called after a turn
     that changed them; an exception in a callback is logged and never breaks the turn.
 """
+
+_SUMMARIZING_DOC = _SUMMARIZING_ARGS_DOC + _FAILURE_DOC
 
 
 class SummaryBuffer(_Summarizing):
@@ -282,20 +308,14 @@ class SummaryBuffer(_Summarizing):
 
     Args:
         max_tokens: what the whole request may cost (system, summary, messages, reserve).
-        summarizer: a :class:`~langmem_ext.summarize.Summarizer`, or a chat model /
-            ``"provider:model"`` string / callable to build one.
-        max_summary_tokens: the summary's budget (default: the Summarizer's, or 1,000).
+        max_summary_tokens: the summary's budget (default: the Summarizer's, or
+            ``max_tokens // 4`` up to 1,000).
         target_tokens: the level a fold goes down to.
-        min_messages: recent messages always kept verbatim.
-        placement: the summary goes into the single leading SystemMessage (``"system"``,
-            default, fenced and labelled after the original system text) or into a marked
-            HumanMessage right after it (``"human"``). Never a second SystemMessage.
-        overflow: when summary + ``min_messages`` + the newest human message cannot fit:
-            ``"truncate_summary"`` (default), ``"truncate_oldest"`` or ``"error"``
-            (:class:`~langmem_ext.errors.MemoryBudgetExceeded`).
+        min_messages: recent messages always kept verbatim (2).
+        start_on, keep_system: as for :class:`TokenBudget`.
     """
 
-    __doc__ = (__doc__ or "") + _FAILURE_DOC
+    __doc__ = (__doc__ or "") + _SUMMARIZING_DOC
 
     def __init__(
         self,
@@ -319,7 +339,7 @@ class SummaryBuffer(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        _check_int("max_tokens", max_tokens, 1)
+        require_int("max_tokens", max_tokens, 1)
         self._setup(
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
@@ -352,14 +372,13 @@ class Compacting(_Summarizing):
 
     Args:
         max_tokens: the request budget.
-        summarizer: a Summarizer or anything that builds one.
         summary_ratio: share of ``max_tokens`` for the summary (0.10).
         safety_margin: share of ``max_tokens`` held back for counter error (0.15).
         min_messages: recent messages always kept verbatim (5).
         target_ratio: share of ``max_tokens`` a fold goes down to (0.5).
     """
 
-    __doc__ = (__doc__ or "") + _FAILURE_DOC
+    __doc__ = (__doc__ or "") + _SUMMARIZING_DOC
 
     def __init__(
         self,
@@ -381,7 +400,7 @@ class Compacting(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        _check_int("max_tokens", max_tokens, 1)
+        require_int("max_tokens", max_tokens, 1)
         if not 0 < summary_ratio < target_ratio <= 1:
             raise ValueError(
                 f"need 0 < summary_ratio ({summary_ratio}) < target_ratio ({target_ratio}) <= 1"
@@ -416,9 +435,19 @@ class TieredSummary(_Summarizing):
     (below tier 1, so clipping has room to work again before the next fold). The summarizer
     always reads the original, unclipped content. The clip point, like the fold point, only moves
     when a tier is crossed, so the prompt prefix holds in between.
+
+    Args:
+        max_tokens: the request budget.
+        tier1_ratio: share of ``max_tokens`` above which older bodies are clipped (0.50).
+        tier2_ratio: share of ``max_tokens`` above which the oldest units are folded (0.85).
+        target_ratio: share of ``max_tokens`` a fold goes down to (0.35).
+        truncate_chars: characters a clipped body keeps (2,000).
+        max_summary_tokens: the summary's budget (default: the Summarizer's, or
+            ``max_tokens // 4`` up to 1,000).
+        min_messages: recent messages always kept verbatim (5).
     """
 
-    __doc__ = (__doc__ or "") + _FAILURE_DOC
+    __doc__ = (__doc__ or "") + _SUMMARIZING_DOC
 
     def __init__(
         self,
@@ -443,7 +472,7 @@ class TieredSummary(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        _check_int("max_tokens", max_tokens, 1)
+        require_int("max_tokens", max_tokens, 1)
         if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
             raise ValueError(
                 f"need 0 < target_ratio ({target_ratio}) <= tier1_ratio ({tier1_ratio}) < "

@@ -5,10 +5,11 @@ the output is the new summary. A backlog larger than the summarizer's own input 
 (``max_input_tokens``) is folded in several chained calls, each one carrying the summary so far,
 so every message is read exactly once and nothing is cut off unseen.
 
-The fold is a plan of model calls (:meth:`Summarizer.steps`, a generator with no I/O) driven by
-:meth:`Summarizer.fold` (sync) and :meth:`Summarizer.afold` (async), so both share one logic.
-
-Provider faults are handled by the drivers, each decision in one pure function shared by both:
+The fold is a plan of model calls (:meth:`Summarizer.steps`, a generator with no I/O). Around
+it, one flow (a generator of :class:`_Invoke` / :class:`_Sleep` steps, like httpx's
+``auth_flow``) holds the retries, the backoff and the fallback; :meth:`Summarizer.fold` (sync)
+and :meth:`Summarizer.afold` (async) are thin drivers that only perform those two kinds of I/O,
+so both share one logic:
 
 * every model call has a ``timeout`` (60 s by default); a call that does not answer in time is
   abandoned and counts as a transient failure;
@@ -43,22 +44,16 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel, BaseLanguageModel
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableLambda
 
 from langmem_ext._fences import neutralize
-from langmem_ext.errors import LangmemExtError
-from langmem_ext.messages import as_standard
+from langmem_ext._text import clip_text, longest_prefix_within
+from langmem_ext._transcript import render_message, render_transcript
+from langmem_ext.errors import SummarizerError
 from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
 
 __all__ = [
@@ -68,9 +63,9 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummarizerLike",
-    "as_summarizer",
     "is_context_overflow",
     "is_transient",
+    "render_message",
     "render_transcript",
     "retry_after",
     "retry_wait",
@@ -114,28 +109,6 @@ _CLIPPED = "\n[... summary clipped by langmem_ext to its token budget]"
 _CONTINUED = "(continued) "
 
 
-class SummarizerError(LangmemExtError, RuntimeError):
-    """A fold failed after retries (and after the fallback, if any). Nothing was folded.
-
-    ``attempts`` is the number of requests actually made for the failing call; ``retry_after`` is
-    the wait (seconds) the provider asked for in its last answer, if it asked (a caller scheduling
-    its next try should not come back sooner).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        section: str | None = None,
-        attempts: int = 0,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.section = section
-        self.attempts = attempts
-        self.retry_after = retry_after
-
-
 class _ContextOverflow(SummarizerError):
     """A call was refused as longer than the model's context window (thrown into the plan)."""
 
@@ -152,73 +125,6 @@ class ModelCall:
     max_tokens: int
     section: str
     kind: Literal["fold", "compress"]
-
-
-# --------------------------------------------------------------------------------------------
-# transcript rendering
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict):
-            kind = block.get("type")
-            if kind == "text":
-                parts.append(str(block.get("text", "")))
-            elif kind in ("image", "image_url"):
-                parts.append("[image]")
-            elif kind in ("tool_use", "thinking", "reasoning", "reasoning_content"):
-                continue
-            else:
-                parts.append(f"[{kind or 'block'}]")
-    return " ".join(p for p in parts if p)
-
-
-def _defang(text: str) -> str:
-    """Neutralise every fence tag of the package (``</transcript foo=1>``,
-    ``< /previous_summary >``, ``</conversation_summary>`` ...) so text from a conversation or a
-    model cannot close our fences or open new ones: in the transcript, the previous summary and
-    a summary to compress."""
-    return neutralize(text)
-
-
-def render_message(message: BaseMessage) -> str:
-    """One compact transcript line: role, text, and tool calls as ``name(args)``. Every part
-    (text, names, arguments) is neutralised, so no fence tag survives anywhere in the line."""
-    return _defang(_render(message))
-
-
-def _render(message: BaseMessage) -> str:
-    message = as_standard(message)  # a ChatMessage with a known role reads as that role
-    text = _text(message.content).strip()
-    if isinstance(message, HumanMessage):
-        who = f"user ({message.name})" if message.name else "user"
-        return f"{who}: {text}"
-    if isinstance(message, AIMessage):
-        parts = [f"assistant: {text}"] if text else []
-        for call in message.tool_calls:
-            args = json.dumps(call["args"], ensure_ascii=False, sort_keys=True)
-            parts.append(f"assistant called {call['name']}({args})")
-        for bad in message.invalid_tool_calls:
-            parts.append(f"assistant called {bad.get('name')}({bad.get('args') or ''})")
-        return "\n".join(parts) if parts else "assistant: (no text)"
-    if isinstance(message, ToolMessage):
-        label = "error" if message.status == "error" else "result"
-        return f"tool {message.name or 'call'} {label}: {text}"
-    if isinstance(message, SystemMessage):
-        return f"system note: {text}"
-    if isinstance(message, ChatMessage):
-        return f"{message.role}: {text}"
-    return f"{message.type}: {text}"
-
-
-def render_transcript(messages: Sequence[BaseMessage]) -> list[str]:
-    """The transcript lines for ``messages``, in order."""
-    return [render_message(m) for m in messages]
 
 
 # --------------------------------------------------------------------------------------------
@@ -610,34 +516,8 @@ class Summarizer:
         retry_max_wait: float = 20.0,
         timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
-        if templates is None:
-            templates = ("custom",) if prompt is not None else ("conversation",)
-        if isinstance(templates, str):
-            templates = (templates,)
-        self.templates = tuple(templates)
-        if not self.templates:
-            raise ValueError("templates must name at least one section")
-        instructions: dict[str, str] = {}
-        for name in self.templates:
-            if name in TEMPLATES:
-                instructions[name] = TEMPLATES[name]
-            elif prompt is not None:
-                instructions[name] = prompt
-            else:
-                raise ValueError(
-                    f"unknown template {name!r}: use {sorted(TEMPLATES)} or pass prompt="
-                )
-        self.instructions = instructions
-        if isinstance(max_summary_tokens, Mapping):
-            missing = set(self.templates) - set(max_summary_tokens)
-            if missing:
-                raise ValueError(f"max_summary_tokens has no budget for {sorted(missing)}")
-            budgets = {k: int(max_summary_tokens[k]) for k in self.templates}
-        else:
-            share = int(max_summary_tokens) // len(self.templates)
-            budgets = dict.fromkeys(self.templates, share)
-        if any(b < 16 for b in budgets.values()):
-            raise ValueError(f"every section needs a budget of at least 16 tokens, got {budgets}")
+        self.templates, self.instructions = _section_instructions(templates, prompt)
+        budgets = _section_budgets(self.templates, max_summary_tokens)
         self.section_budgets = budgets
         self.max_summary_tokens = sum(budgets.values())
         if max_input_tokens < 4 * max(budgets.values()):
@@ -659,7 +539,7 @@ class Summarizer:
         self.fallback: Summarizer | None
         if fallback is None or isinstance(fallback, Summarizer):
             self.fallback = fallback
-        else:
+        else:  # the same settings, another model
             self.fallback = Summarizer(
                 fallback,
                 templates=self.templates,
@@ -687,7 +567,7 @@ class Summarizer:
         budget = self.section_budgets[section]
         instruction = self.instructions[section].replace("{max_tokens}", str(budget))
         body = (
-            f"<previous_summary>\n{_defang(previous) or '(none yet)'}\n</previous_summary>\n\n"
+            f"<previous_summary>\n{neutralize(previous) or '(none yet)'}\n</previous_summary>\n\n"
             f"<transcript>\n" + "\n".join(lines) + "\n</transcript>\n\n"
             f"{instruction}\n\nWrite the updated summary in at most {budget} tokens."
         )
@@ -696,9 +576,9 @@ class Summarizer:
     def _compress_prompt(self, section: str, text: str) -> tuple[BaseMessage, ...]:
         budget = self.section_budgets[section]
         body = (
-            f"<summary>\n{_defang(text)}\n</summary>\n\nThis summary is over its budget. Rewrite "
-            f"it in at most {budget} tokens, keeping decisions, open items, exact numbers and "
-            "names; drop detail that matters least."
+            f"<summary>\n{neutralize(text)}\n</summary>\n\nThis summary is over its budget. "
+            f"Rewrite it in at most {budget} tokens, keeping decisions, open items, exact "
+            "numbers and names; drop detail that matters least."
         )
         return (SystemMessage(_SYSTEM), HumanMessage(body))
 
@@ -715,19 +595,103 @@ class Summarizer:
             if self.counter.count_text(rest) <= room:
                 pieces.append(rest)
                 break
-            lo, hi = 1, len(rest)
-            while lo < hi:  # the longest prefix that fits
-                mid = (lo + hi + 1) // 2
-                if self.counter.count_text(rest[:mid]) <= room:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            space = rest.rfind(" ", lo // 2, lo)  # prefer to cut between words
+            # at least one character, so the loop always advances
+            keep = longest_prefix_within(rest, room, self.counter.count_text, at_least=1)
+            space = rest.rfind(" ", keep // 2, keep)  # prefer to cut between words
             if space > 0:
-                lo = space + 1
-            pieces.append(rest[:lo])
-            rest = rest[lo:]
+                keep = space + 1
+            pieces.append(rest[:keep])
+            rest = rest[keep:]
         return [p if i == 0 else _CONTINUED + p for i, p in enumerate(pieces)]
+
+    def _next_chunk(self, pending: list[str], room: int, budget: int) -> list[str]:
+        """Take from the front of ``pending`` the lines of the next call (one token each for
+        the line break), at most ``room`` tokens. A first line too long on its own is split in
+        place across calls, leaving room for the summary to grow to its ``budget`` meanwhile."""
+        chunk: list[str] = []
+        used = 0
+        while pending:
+            cost = self.counter.count_text(pending[0]) + 1
+            if used + cost <= room:
+                chunk.append(pending.pop(0))
+                used += cost
+            elif not chunk:
+                pending[:0] = self._split_line(pending.pop(0), max(room - budget - 1, 1))
+            else:
+                break
+        return chunk
+
+    def _no_room(self, section: str, limit: int) -> SummarizerError:
+        shrunk = "" if limit == self.max_input_tokens else f", shrunk to {limit:,}"
+        return SummarizerError(
+            f"the previous {section!r} summary leaves no room in max_input_tokens "
+            f"({self.max_input_tokens:,}{shrunk}) for transcript",
+            section=section,
+        )
+
+    def _shrunk_limit(
+        self,
+        section: str,
+        refused: _ContextOverflow,
+        prompt: Sequence[BaseMessage],
+        limit: int,
+        floor: int,
+    ) -> int:
+        """The input limit after ``prompt`` was refused as too long: half the refused prompt, at
+        least ``floor``; a SummarizerError when the prompt was already at the floor."""
+        size = self._cost(prompt)
+        smaller = max(floor, size // 2)
+        if smaller >= size:
+            raise SummarizerError(
+                f"the summarizer model refused a {size:,}-token prompt for the "
+                f"{section!r} section as longer than its context window ({refused}); "
+                f"this fold already shrank its input from max_input_tokens="
+                f"{self.max_input_tokens:,} to {limit:,} tokens and cannot go below "
+                f"{floor:,} (the instructions, a full-size summary and some "
+                "transcript): use a summarizer model with a larger context window, "
+                "or a smaller max_summary_tokens",
+                section=section,
+                attempts=refused.attempts,
+            ) from refused
+        return min(limit, smaller)
+
+    def _within_budget(self, section: str, summary: str) -> Generator[ModelCall, str, str]:
+        """``summary`` within its section budget before it is carried into the next call (or
+        returned), so a model that overran its limit cannot starve the rest of the chain of
+        input room: compressed once, then clipped with a visible marker. A compress call
+        refused as too long (only the summary was sent) leaves clipping."""
+        budget = self.section_budgets[section]
+        if self.counter.count_text(summary) <= budget:
+            return summary
+        with contextlib.suppress(_ContextOverflow):
+            summary = yield ModelCall(
+                self._compress_prompt(section, summary), budget, section, "compress"
+            )
+        if self.counter.count_text(summary) > budget:
+            summary = clip_text(summary, budget, self.counter.count_text, _CLIPPED)
+        return summary
+
+    def _section_steps(
+        self, section: str, summary: str, lines: Sequence[str], limit: int
+    ) -> Generator[ModelCall, str, tuple[str, int]]:
+        """One section of :meth:`steps`: the new summary, and the input limit as it now is."""
+        budget = self.section_budgets[section]
+        floor = self._cost(self._prompt(section, "", [])) + 2 * budget + 64
+        pending = list(lines)
+        while pending:
+            room = limit - self._cost(self._prompt(section, summary, []))
+            if room < 8:
+                raise self._no_room(section, limit)
+            chunk = self._next_chunk(pending, room, budget)
+            prompt = self._prompt(section, summary, chunk)
+            try:
+                summary = yield ModelCall(prompt, budget, section, "fold")
+            except _ContextOverflow as refused:
+                limit = self._shrunk_limit(section, refused, prompt, limit, floor)
+                pending[:0] = chunk  # read again, in smaller calls: never skipped
+                continue
+            summary = yield from self._within_budget(section, summary)
+        return summary, limit
 
     def steps(
         self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
@@ -749,79 +713,10 @@ class Summarizer:
         result: dict[str, str] = {}
         for section in self.templates:
             summary = previous.get(section, "")
-            budget = self.section_budgets[section]
-            floor = self._cost(self._prompt(section, "", [])) + 2 * budget + 64
-            pending = list(lines)
-            while pending:
-                fixed = self._cost(self._prompt(section, summary, []))
-                room = limit - fixed
-                if room < 8:
-                    shrunk = "" if limit == self.max_input_tokens else f", shrunk to {limit:,}"
-                    raise SummarizerError(
-                        f"the previous {section!r} summary leaves no room in max_input_tokens "
-                        f"({self.max_input_tokens:,}{shrunk}) for transcript",
-                        section=section,
-                    )
-                chunk: list[str] = []
-                used = 0
-                while pending:
-                    cost = self.counter.count_text(pending[0]) + 1
-                    if used + cost <= room:
-                        chunk.append(pending.pop(0))
-                        used += cost
-                        continue
-                    if not chunk:  # one line alone is too long: split it across calls,
-                        # leaving room for the summary to grow to its budget meanwhile
-                        pieces = self._split_line(pending.pop(0), max(room - budget - 1, 1))
-                        pending[:0] = pieces
-                        continue
-                    break
-                prompt = self._prompt(section, summary, chunk)
-                try:
-                    summary = yield ModelCall(prompt, budget, section, "fold")
-                except _ContextOverflow as refused:
-                    size = self._cost(prompt)
-                    smaller = max(floor, size // 2)
-                    if smaller >= size:
-                        raise SummarizerError(
-                            f"the summarizer model refused a {size:,}-token prompt for the "
-                            f"{section!r} section as longer than its context window ({refused}); "
-                            f"this fold already shrank its input from max_input_tokens="
-                            f"{self.max_input_tokens:,} to {limit:,} tokens and cannot go below "
-                            f"{floor:,} (the instructions, a full-size summary and some "
-                            "transcript): use a summarizer model with a larger context window, "
-                            "or a smaller max_summary_tokens",
-                            section=section,
-                            attempts=refused.attempts,
-                        ) from refused
-                    limit = min(limit, smaller)
-                    pending[:0] = chunk  # read again, in smaller calls: never skipped
-                    continue
-                # within budget before it is carried into the next call (or returned): a model
-                # that overran its limit must not starve the rest of the chain of input room
-                if self.counter.count_text(summary) > budget:
-                    # refused as too long (only the summary was sent): clipping is what is left
-                    with contextlib.suppress(_ContextOverflow):
-                        summary = yield ModelCall(
-                            self._compress_prompt(section, summary), budget, section, "compress"
-                        )
-                    if self.counter.count_text(summary) > budget:
-                        summary = self._clip(summary, budget)
-            result[section] = summary
+            result[section], limit = yield from self._section_steps(section, summary, lines, limit)
         return result
 
-    def _clip(self, text: str, budget: int) -> str:
-        room = budget - self.counter.count_text(_CLIPPED)
-        lo, hi = 0, len(text)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.counter.count_text(text[:mid]) <= room:
-                lo = mid
-            else:
-                hi = mid - 1
-        return text[:lo].rstrip() + _CLIPPED
-
-    # -- the drivers ------------------------------------------------------------------------------
+    # -- the call flow (pure) and its two drivers -------------------------------------------------
 
     def _bound(self, max_tokens: int) -> Runnable[Any, Any]:
         runnable = self._runnable
@@ -861,57 +756,46 @@ class Summarizer:
             retry_after=asked,
         )
 
-    def _attempts(self, call: ModelCall) -> str:
+    def _attempts_flow(self, call: ModelCall) -> _Flow[str]:
         """This model alone (no fallback), with retries; the failure as a SummarizerError."""
-        runnable, prompt = self._bound(call.max_tokens), list(call.prompt)
+        request = _Invoke(self._bound(call.max_tokens), list(call.prompt), self.timeout)
         attempt = 0
         while True:
             attempt += 1
             try:
-                output = _call_with_timeout(lambda: runnable.invoke(prompt), self.timeout)
-                return _output_text(output)
+                return _output_text((yield request))
             except Exception as error:
                 wait = self._wait(attempt, error)
                 if wait is None:
                     raise self._failed(call, error, attempt) from error
-            self.sleep(wait)
+            yield _Sleep(wait, self)
 
-    async def _aattempts(self, call: ModelCall) -> str:
-        """Async :meth:`_attempts`."""
-        runnable, prompt = self._bound(call.max_tokens), list(call.prompt)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                output = await _await_with_timeout(runnable.ainvoke(prompt), self.timeout)
-                return _output_text(output)
-            except Exception as error:
-                wait = self._wait(attempt, error)
-                if wait is None:
-                    raise self._failed(call, error, attempt) from error
-            await self.asleep(wait)
-
-    def _call(self, call: ModelCall) -> str:
+    def _call_flow(self, call: ModelCall) -> _Flow[str]:
+        """One model call: this model with its retries, then the fallback with its own."""
         try:
-            return self._attempts(call)
+            return (yield from self._attempts_flow(call))
         except SummarizerError as failure:
             if self.fallback is None:
                 raise
             try:
-                return self.fallback._call(call)
+                return (yield from self.fallback._call_flow(call))
             except SummarizerError as second:
                 raise _both_failed(failure, second) from second
 
-    async def _acall(self, call: ModelCall) -> str:
-        try:
-            return await self._aattempts(call)
-        except SummarizerError as failure:
-            if self.fallback is None:
-                raise
+    def _fold_flow(
+        self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
+    ) -> _Flow[dict[str, str]]:
+        """The whole fold: the plan of :meth:`steps`, each of its calls made by
+        :meth:`_call_flow`; a context overflow is thrown back into the plan (which shrinks)."""
+        plan = self.steps(previous, messages)
+        call, result = _resume(plan, None)
+        while call is not None:
             try:
-                return await self.fallback._acall(call)
-            except SummarizerError as second:
-                raise _both_failed(failure, second) from second
+                reply: str | _Raised = yield from self._call_flow(call)
+            except _ContextOverflow as refused:
+                reply = _Raised(refused)
+            call, result = _resume(plan, reply)
+        return cast("dict[str, str]", result)
 
     def fold(self, previous: Mapping[str, str], messages: Sequence[BaseMessage]) -> dict[str, str]:
         """The new summary sections after folding ``messages`` into ``previous``.
@@ -919,35 +803,141 @@ class Summarizer:
         Raises :class:`SummarizerError` when a call fails after its retries and the fallback,
         or when the model's context window is too small even for the smallest input.
         """
-        plan = self.steps(previous, messages)
-        try:
-            call = next(plan)
-            while True:
-                try:
-                    text = self._call(call)
-                except _ContextOverflow as refused:
-                    call = plan.throw(refused)
-                else:
-                    call = plan.send(text)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        return _run_sync(self._fold_flow(previous, messages))
 
     async def afold(
         self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
     ) -> dict[str, str]:
-        """Async :meth:`fold`: the same plan, driven with ``ainvoke``."""
-        plan = self.steps(previous, messages)
-        try:
-            call = next(plan)
-            while True:
-                try:
-                    text = await self._acall(call)
-                except _ContextOverflow as refused:
-                    call = plan.throw(refused)
-                else:
-                    call = plan.send(text)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        """Async :meth:`fold`: the same flow, driven with ``ainvoke``."""
+        return await _run_async(self._fold_flow(previous, messages))
+
+
+# --------------------------------------------------------------------------------------------
+# the drivers: the only code that performs a call or a sleep
+
+
+@dataclass(frozen=True, slots=True)
+class _Invoke:
+    """A step of the call flow: invoke ``runnable`` on ``prompt`` within ``timeout`` seconds;
+    the flow receives the raw output, or has the call's exception thrown into it."""
+
+    runnable: Runnable[Any, Any]
+    prompt: list[BaseMessage]
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Sleep:
+    """A step of the call flow: wait ``seconds`` with ``owner``'s ``sleep`` / ``asleep`` (the
+    summarizer whose attempt failed: a fallback keeps its own)."""
+
+    seconds: float
+    owner: Summarizer
+
+
+#: a call flow: yields its I/O steps, receives the raw output of an _Invoke (None after a
+#: _Sleep), returns its result
+_Flow = Generator[_Invoke | _Sleep, Any, _T]
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    """What a step ended with when it raised: thrown into the flow instead of sent."""
+
+    error: Exception
+
+
+_Y = TypeVar("_Y")
+
+
+def _resume(flow: Generator[_Y, Any, _T], reply: Any) -> tuple[_Y | None, _T | None]:
+    """Hand ``reply`` to ``flow`` (thrown when it is a :class:`_Raised`, sent otherwise): its
+    next step and None, or None and its result once it is done."""
+    try:
+        if isinstance(reply, _Raised):
+            return flow.throw(reply.error), None
+        return flow.send(reply), None
+    except StopIteration as done:
+        return None, done.value
+
+
+def _perform(step: _Invoke | _Sleep) -> Any:
+    """One step, blocking: the model's raw output (a call with a timeout runs in a worker
+    thread), None after a sleep, or the call's exception as a :class:`_Raised`."""
+    if isinstance(step, _Sleep):
+        step.owner.sleep(step.seconds)
+        return None
+    try:
+        invoke = functools.partial(step.runnable.invoke, step.prompt)
+        return _call_with_timeout(invoke, step.timeout)
+    except Exception as error:
+        return _Raised(error)
+
+
+async def _aperform(step: _Invoke | _Sleep) -> Any:
+    """Async :func:`_perform`: ``ainvoke`` and ``asleep``."""
+    if isinstance(step, _Sleep):
+        await step.owner.asleep(step.seconds)
+        return None
+    try:
+        return await _await_with_timeout(step.runnable.ainvoke(step.prompt), step.timeout)
+    except Exception as error:
+        return _Raised(error)
+
+
+def _run_sync(flow: _Flow[_T]) -> _T:
+    """Drive ``flow`` to its result, performing each step with :func:`_perform`."""
+    step, result = _resume(flow, None)
+    while step is not None:
+        step, result = _resume(flow, _perform(step))
+    return cast(_T, result)
+
+
+async def _run_async(flow: _Flow[_T]) -> _T:
+    """Drive ``flow`` to its result, performing each step with :func:`_aperform`."""
+    step, result = _resume(flow, None)
+    while step is not None:
+        step, result = _resume(flow, await _aperform(step))
+    return cast(_T, result)
+
+
+def _section_instructions(
+    templates: Sequence[str] | None, prompt: str | None
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The section names and each one's instruction: a built-in template's, or ``prompt``."""
+    if templates is None:
+        templates = ("custom",) if prompt is not None else ("conversation",)
+    if isinstance(templates, str):
+        templates = (templates,)
+    names = tuple(templates)
+    if not names:
+        raise ValueError("templates must name at least one section")
+    instructions: dict[str, str] = {}
+    for name in names:
+        if name in TEMPLATES:
+            instructions[name] = TEMPLATES[name]
+        elif prompt is not None:
+            instructions[name] = prompt
+        else:
+            raise ValueError(f"unknown template {name!r}: use {sorted(TEMPLATES)} or pass prompt=")
+    return names, instructions
+
+
+def _section_budgets(
+    names: tuple[str, ...], max_summary_tokens: int | Mapping[str, int]
+) -> dict[str, int]:
+    """Each section's token budget: as mapped, or an even share of the whole (>= 16 each)."""
+    if isinstance(max_summary_tokens, Mapping):
+        missing = set(names) - set(max_summary_tokens)
+        if missing:
+            raise ValueError(f"max_summary_tokens has no budget for {sorted(missing)}")
+        budgets = {k: int(max_summary_tokens[k]) for k in names}
+    else:
+        share = int(max_summary_tokens) // len(names)
+        budgets = dict.fromkeys(names, share)
+    if any(b < 16 for b in budgets.values()):
+        raise ValueError(f"every section needs a budget of at least 16 tokens, got {budgets}")
+    return budgets
 
 
 def _both_failed(first: SummarizerError, second: SummarizerError) -> SummarizerError:
@@ -965,10 +955,3 @@ def _both_failed(first: SummarizerError, second: SummarizerError) -> SummarizerE
 
 
 SummarizerLike = Summarizer | BaseLanguageModel[Any] | Callable[..., Any] | str
-
-
-def as_summarizer(value: SummarizerLike, **defaults: Any) -> Summarizer:
-    """A :class:`Summarizer` from a Summarizer (as is) or anything it wraps."""
-    if isinstance(value, Summarizer):
-        return value
-    return Summarizer(value, **defaults)

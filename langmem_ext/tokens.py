@@ -41,6 +41,7 @@ from langmem_ext.errors import TokenizerUnavailableError
 __all__ = [
     "ApproximateCounter",
     "CacheInfo",
+    "CachedCounter",
     "CallableCounter",
     "ChatModelCounter",
     "CounterLike",
@@ -53,7 +54,18 @@ __all__ = [
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """What the strategies need from a token counter."""
+    """What the strategies need from a token counter.
+
+    ``is_blocking`` is True when counting may do network or disk I/O (a provider's count-tokens
+    endpoint): the async drivers then count in a worker thread instead of on the event loop.
+    The easiest way to write one is a small subclass of :class:`CachedCounter`, which supplies
+    ``is_blocking = False``, the count cache and ``count_messages``. (A duck-typed counter written
+    before ``is_blocking`` existed is still accepted by :func:`as_counter` and read as
+    non-blocking.)
+    """
+
+    #: counting may block on I/O: async drivers run it in a worker thread
+    is_blocking: bool
 
     def count_message(self, message: BaseMessage) -> int:
         """Tokens one message costs inside a request (its framing included)."""
@@ -116,12 +128,28 @@ class _CountCache:
             return CacheInfo(self.hits, self.misses, len(self._data), self.maxsize)
 
 
-class _CachedCounter:
-    """Shared machinery: the cache, ``count_messages`` and the counting contract.
+class CachedCounter:
+    """The base of every counter here, and of yours: the count cache, ``count_messages`` and the
+    counting contract, so a provider's counter is a small subclass.
 
-    Subclasses implement ``_count(message)`` (uncached) and ``count_text``; they may set
-    ``request_overhead``. ``is_blocking`` tells the async driver that counting may do I/O and
-    should run in a worker thread.
+    A subclass implements ``count_uncached(message)`` (the tokens of one message, framing
+    included; called once per message id and content, the cache does the rest) and
+    ``count_text(text)``. It may set ``request_overhead`` (tokens every request costs on top of
+    its messages, e.g. the 3 that prime an OpenAI reply) and ``is_blocking = True`` when
+    counting does I/O (the async drivers then count in a worker thread).
+
+    >>> class WordCounter(CachedCounter):
+    ...     request_overhead = 3
+    ...     def count_text(self, text: str) -> int:
+    ...         return len(text.split())
+    ...     def count_uncached(self, message: BaseMessage) -> int:
+    ...         return 4 + self.count_text(str(message.content))
+    >>> counter = WordCounter()
+    >>> hello = HumanMessage("hello there", id="m1")
+    >>> counter.count_messages([hello, hello])
+    15
+    >>> counter.cache_info().hits  # the second count of the same message was a cache hit
+    1
     """
 
     request_overhead: int = 0
@@ -130,18 +158,24 @@ class _CachedCounter:
     def __init__(self, *, cache_size: int = 65_536) -> None:
         self._cache = _CountCache(cache_size)
 
-    def _count(self, message: BaseMessage) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def count_uncached(self, message: BaseMessage) -> int:
+        """Tokens of one message, without the cache (what a subclass implements)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement count_uncached(message) (see CachedCounter)"
+        )
 
-    def count_text(self, text: str) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def count_text(self, text: str) -> int:
+        """Tokens of a bare string (what a subclass implements)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement count_text(text) (see CachedCounter)"
+        )
 
     def count_message(self, message: BaseMessage) -> int:
         key = (message.id, fingerprint(message))
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        value = self._count(message)
+        value = self.count_uncached(message)
         if value < 0:
             raise ValueError(f"{type(self).__name__} counted {value} tokens for a message")
         self._cache.put(key, value)
@@ -320,7 +354,7 @@ def tiktoken_encoding_for(name: str) -> str:
     )
 
 
-class TiktokenCounter(_CachedCounter):
+class TiktokenCounter(CachedCounter):
     """Exact OpenAI chat-format counting with tiktoken.
 
     Follows the same accounting as ``ChatOpenAI.get_num_tokens_from_messages`` (and agrees with it
@@ -426,7 +460,7 @@ class TiktokenCounter(_CachedCounter):
                 total += self.count_text(json.dumps(block, ensure_ascii=False, default=repr))
         return total
 
-    def _count(self, message: BaseMessage) -> int:
+    def count_uncached(self, message: BaseMessage) -> int:
         tokens = self.tokens_per_message + self.count_text(_openai_role(message))
         tokens += self._content_tokens(message.content)
         if isinstance(message, ToolMessage):
@@ -448,7 +482,7 @@ class TiktokenCounter(_CachedCounter):
 # approximate
 
 
-class ApproximateCounter(_CachedCounter):
+class ApproximateCounter(CachedCounter):
     """Characters-per-token estimate, identical per message to langchain-core's
     ``count_tokens_approximately`` (which also rounds up per message, so per-message counts add up
     to its count of the whole list). No tokenizer, no I/O; the default counter."""
@@ -476,7 +510,7 @@ class ApproximateCounter(_CachedCounter):
     def count_text(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token)
 
-    def _count(self, message: BaseMessage) -> int:
+    def count_uncached(self, message: BaseMessage) -> int:
         return count_tokens_approximately(
             [message],
             chars_per_token=self.chars_per_token,
@@ -545,7 +579,7 @@ def _model_inside(spec: Any) -> Any:
     return found[0] if found else None
 
 
-class ChatModelCounter(_CachedCounter):
+class ChatModelCounter(CachedCounter):
     """Delegates to a chat model's ``get_num_tokens_from_messages``, one message at a time, cached.
 
     This is how Anthropic (whose counter calls the provider's count-tokens endpoint) and other
@@ -589,14 +623,14 @@ class ChatModelCounter(_CachedCounter):
             return int(get_num_tokens(text))
         # a duck-typed model without get_num_tokens: a human message minus its framing
         message = HumanMessage(content=text)
-        return max(0, self._count(message) - self._count(HumanMessage(content="")))
+        return max(0, self.count_uncached(message) - self.count_uncached(HumanMessage(content="")))
 
     def _measure_overhead(self, message: BaseMessage) -> int:
         one = int(self.model.get_num_tokens_from_messages([message]))
         two = int(self.model.get_num_tokens_from_messages([message, message]))
         return max(0, 2 * one - two)
 
-    def _count(self, message: BaseMessage) -> int:
+    def count_uncached(self, message: BaseMessage) -> int:
         if self._overhead is None:
             self._overhead = self._measure_overhead(message)
             self.request_overhead = self._overhead
@@ -607,11 +641,11 @@ class ChatModelCounter(_CachedCounter):
         # this total too (and the engine reads ``count_messages([])`` as the overhead alone)
         total = sum(self.count_message(m) for m in messages)
         if self._overhead is None:
-            self._count(HumanMessage(content="."))  # measures it on a probe message
+            self.count_uncached(HumanMessage(content="."))  # measures it on a probe message
         return self.request_overhead + total
 
 
-class CallableCounter(_CachedCounter):
+class CallableCounter(CachedCounter):
     """Wraps a plain ``(BaseMessage) -> int`` function; cached like every counter."""
 
     def __init__(
@@ -633,7 +667,7 @@ class CallableCounter(_CachedCounter):
             return int(self.text_fn(text))
         return int(self.fn(HumanMessage(content=text)))
 
-    def _count(self, message: BaseMessage) -> int:
+    def count_uncached(self, message: BaseMessage) -> int:
         return int(self.fn(message))
 
 
@@ -646,6 +680,13 @@ CounterLike = (
     | str
     | None
 )
+
+
+def _counts_tokens(spec: Any) -> bool:
+    """``spec`` has the three counting methods (``is_blocking`` may be missing: see
+    :class:`TokenCounter`)."""
+    names = ("count_message", "count_messages", "count_text")
+    return all(callable(getattr(spec, name, None)) for name in names)
 
 
 def as_counter(spec: CounterLike) -> TokenCounter:
@@ -675,8 +716,8 @@ def as_counter(spec: CounterLike) -> TokenCounter:
         return TiktokenCounter(model=spec)
     if isinstance(spec, BaseLanguageModel):
         return ChatModelCounter(spec)
-    if isinstance(spec, TokenCounter):
-        return spec
+    if _counts_tokens(spec):
+        return cast(TokenCounter, spec)
     if _model_inside(spec) is not None or callable(
         getattr(spec, "get_num_tokens_from_messages", None)
     ):

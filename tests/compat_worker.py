@@ -34,6 +34,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from langchain_core.chat_history import BaseChatMessageHistory  # noqa: E402
+from langchain_core.language_models import BaseLanguageModel  # noqa: E402
+from langchain_core.language_models.fake import FakeListLLM  # noqa: E402
 from langchain_core.language_models.fake_chat_models import FakeListChatModel  # noqa: E402
 from langchain_core.messages import (  # noqa: E402
     AIMessage,
@@ -159,36 +161,8 @@ class SqliteHistory(BaseChatMessageHistory):
         self.conn.execute("DELETE FROM messages WHERE session = ?", (self.session_id,))
 
 
-class AsyncOnlyHistory(BaseChatMessageHistory):
-    """A history that only works through its async methods (an async database driver)."""
-
-    def __init__(self) -> None:
-        self._rows: list[BaseMessage] = []
-
-    @property
-    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        raise AssertionError("sync read of the history from the async path")
-
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        raise AssertionError("sync write to the history from the async path")
-
-    def clear(self) -> None:
-        raise AssertionError("sync clear of the history from the async path")
-
-    async def aget_messages(self) -> list[BaseMessage]:
-        await asyncio.sleep(0)
-        return list(self._rows)
-
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await asyncio.sleep(0)
-        self._rows.extend(messages)
-
-    async def aclear(self) -> None:
-        self._rows = []
-
-
-def dump(memory: Any) -> dict[str, Any]:
-    """Both forms of what the memory gives the chain, and its state, as plain JSON."""
+def views(memory: Any) -> tuple[Any, Any]:
+    """(string form, message form) of what the memory gives the chain."""
     saved = memory.return_messages
     try:
         memory.return_messages = False
@@ -197,6 +171,50 @@ def dump(memory: Any) -> dict[str, Any]:
         messages = memory.load_memory_variables({})[memory.memory_key]
     finally:
         memory.return_messages = saved
+    return string, messages
+
+
+async def aviews(memory: Any) -> tuple[Any, Any]:
+    """Async :func:`views`."""
+    saved = memory.return_messages
+    try:
+        memory.return_messages = False
+        string = (await memory.aload_memory_variables({}))[memory.memory_key]
+        memory.return_messages = True
+        messages = (await memory.aload_memory_variables({}))[memory.memory_key]
+    finally:
+        memory.return_messages = saved
+    return string, messages
+
+
+def tags_read(model: RecordingModel) -> list[list[str]]:
+    """For each summarizer call, the tags (h003, a003 ...) of the messages it read."""
+    return [
+        [line.split()[1] for line in new_lines_of(prompt).splitlines()] for prompt in model.prompts
+    ]
+
+
+def transcript_tags(turns: list[tuple[str, str]]) -> list[str]:
+    return [line.split()[0] for pair in turns for line in pair]
+
+
+def summarizer(kind: str) -> BaseLanguageModel[Any]:
+    """A fresh summarizer model of one kind (two instances of a kind behave identically)."""
+    scripted = [f"scripted summary {i}: " + "word " * (i % 7) for i in range(200)]
+    if kind == "recording":
+        return make_model()
+    if kind == "overhead":  # list count = sum + 5, like a provider's per-request framing
+        return make_model(overhead=5)
+    if kind == "fakelist":
+        return FakeListChatModel(responses=scripted, custom_get_token_ids=split_tokens)
+    if kind == "fakellm":
+        return FakeListLLM(responses=scripted, custom_get_token_ids=split_tokens)
+    raise AssertionError(kind)
+
+
+def dump(memory: Any) -> dict[str, Any]:
+    """Both forms of what the memory gives the chain, and its state, as plain JSON."""
+    string, messages = views(memory)
     return {
         "string": string,
         "messages": [[m.type, m.content] for m in messages],

@@ -1,17 +1,22 @@
-"""Test setup: offline tiktoken, hypothesis profiles, shared fixtures."""
+"""Test setup: offline tiktoken, hypothesis profiles, shared fixtures, and the repository root on
+``sys.path`` (``bench`` is a top-level folder, not part of the installed package)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not part of the installed package
+    sys.path.insert(0, str(ROOT))
 
 
 def _seed_tiktoken() -> None:
@@ -45,6 +50,23 @@ def tiktoken_counter():
     from langmem_ext import TiktokenCounter
 
     return TiktokenCounter(model="gpt-4o")
+
+
+@pytest.fixture(scope="session")
+def minilm_embeddings() -> Any:
+    """The loaded ``LocalMiniLMEmbeddings`` (the ``embeddings`` extra), one per session: loading
+    the model takes seconds. When the model package is not installed the test is skipped with
+    the reason, except under ``CI=true``, where it fails: embedding tests must run in CI."""
+    from langmem_ext.embeddings import EmbeddingModelNotFoundError, LocalMiniLMEmbeddings
+
+    try:
+        model = LocalMiniLMEmbeddings()
+        model.load()
+    except EmbeddingModelNotFoundError as error:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(error))
+    return model
 
 
 PG_DEFAULT = "host=127.0.0.1 port=5432 user=postgres dbname=test"

@@ -23,7 +23,6 @@ import asyncio
 import hashlib
 import itertools
 import json
-import os
 import re
 import sqlite3
 import sys
@@ -40,18 +39,18 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from _workers_common import await_barrier, wait_for_barrier  # noqa: E402
+from fakes import RecordingChatModel  # noqa: E402
 from langchain_core.chat_history import (  # noqa: E402
     BaseChatMessageHistory,
     InMemoryChatMessageHistory,
 )
 from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder  # noqa: E402
 from langchain_core.runnables import RunnableConfig  # noqa: E402
 from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa: E402
 from langgraph.store.base import BaseStore  # noqa: E402
-from pydantic import Field  # noqa: E402
 
 from langmem_ext import SummaryBuffer  # noqa: E402
 from langmem_ext.history import ManagedChatMessageHistory  # noqa: E402
@@ -105,31 +104,38 @@ def message_id(message: BaseMessage) -> str:
     return "h-" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-class RecordingChat(BaseChatModel):
-    """A chat model that records every request and answers the newest question, echoing its
-    number and marker (read from the request only), with a deterministic id."""
+def answer_question(request: list[BaseMessage]) -> AIMessage:
+    """The chat model's answer to the newest question of ``request``, echoing its number and
+    marker (read from the request only), with a deterministic id."""
+    last = str(request[-1].content)
+    number = _QUESTION.findall(last)[0]
+    marker = _MARKER.findall(last)[0]
+    return AIMessage(
+        f"answer {number}: marker={marker} " + "details " * 30, id=f"{marker}-a{number}"
+    )
 
-    seen: list[list[BaseMessage]] = Field(default_factory=list)
 
-    @property
-    def _llm_type(self) -> str:
-        return "recording-chat"
+def recording_chat() -> RecordingChatModel:
+    """The chat model of the chain: records every request (``requests``) and answers with
+    :func:`answer_question`."""
+    return RecordingChatModel(respond=answer_question)
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.seen.append(list(messages))
-        last = str(messages[-1].content)
-        number = _QUESTION.findall(last)[0]
-        marker = _MARKER.findall(last)[0]
-        answer = AIMessage(
-            f"answer {number}: marker={marker} " + "details " * 30, id=f"{marker}-a{number}"
-        )
-        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+class RecordingSummarizer:
+    """The deterministic summarizer of history_worker, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, prompt: list[BaseMessage]) -> str:
+        self.calls += 1
+        return summarizer(prompt)
+
+
+def turn(i: int, marker: str = "alpha") -> list[BaseMessage]:
+    """One question and its answer; the question has no id (the history gives it one)."""
+    answer = f"answer {i}: marker={marker} " + "details " * 30
+    return [HumanMessage(question_text(i, marker)), AIMessage(answer, id=f"{marker}-a{i}")]
 
 
 def make_strategy(summarize: Callable[..., Any] = summarizer, **kwargs: Any) -> SummaryBuffer:
@@ -186,7 +192,7 @@ class Run:
         self.backing_for = backing_for
         self.prune = prune
         self.strategy = strategy or make_strategy()
-        self.model = RecordingChat()
+        self.model = recording_chat()
         self.views: dict[str, list[list[Any]]] = {}
         self.requests: dict[str, list[list[BaseMessage]]] = {}
         self.chain = make_chain(self.model, self.history)
@@ -202,11 +208,11 @@ class Run:
         )
 
     def _record(self, session: str) -> None:
-        self.requests.setdefault(session, []).extend(self.model.seen)
+        self.requests.setdefault(session, []).extend(self.model.requests)
         self.views.setdefault(session, []).extend(
-            [dump_message(m) for m in view] for view in self.model.seen
+            [dump_message(m) for m in view] for view in self.model.requests
         )
-        self.model.seen.clear()
+        self.model.requests.clear()
 
     def turn(self, i: int, session: str, marker: str) -> None:
         self.chain.invoke({"question": question_text(i, marker)}, _config(session))
@@ -532,6 +538,22 @@ def contend_threads(
     return account(expected, final.history.messages, final.state, log.folds)
 
 
+def _contender(
+    session: str, marker: str
+) -> tuple[FoldLog, Callable[[BaseStore, BaseChatMessageHistory], ManagedChatMessageHistory]]:
+    """One racing process's fold log, and how it wraps a store and a backing history for each
+    turn (one key, ``prune_backing=True``)."""
+    log = FoldLog(marker)
+    strategy = make_strategy(log)
+
+    def history(store: BaseStore, backing: BaseChatMessageHistory) -> ManagedChatMessageHistory:
+        return ManagedChatMessageHistory(
+            backing, strategy, store=store, key=key_for(session), prune_backing=True
+        )
+
+    return log, history
+
+
 def contend_process(
     dsn: str, session: str, marker: str, turns: int, barrier: str, *, use_async: bool = False
 ) -> dict[str, Any]:
@@ -542,13 +564,7 @@ def contend_process(
     import psycopg
     from langchain_postgres import PostgresChatMessageHistory
 
-    log = FoldLog(marker)
-    strategy = make_strategy(log)
-
-    def history(store: BaseStore, backing: BaseChatMessageHistory) -> ManagedChatMessageHistory:
-        return ManagedChatMessageHistory(
-            backing, strategy, store=store, key=key_for(session), prune_backing=True
-        )
+    log, history = _contender(session, marker)
 
     if use_async:
         from langgraph.store.postgres.aio import AsyncPostgresStore
@@ -557,8 +573,7 @@ def contend_process(
             aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
             try:
                 async with AsyncPostgresStore.from_conn_string(dsn) as store:
-                    while not os.path.exists(barrier):
-                        await asyncio.sleep(0.01)
+                    await await_barrier(barrier)
                     for i in range(turns):
                         backing = PostgresChatMessageHistory(
                             PG_TABLE, pg_session(session), async_connection=aconn
@@ -576,8 +591,7 @@ def contend_process(
         psycopg.connect(dsn, autocommit=True) as conn,
         PostgresStore.from_conn_string(dsn) as sync_store,
     ):
-        while not os.path.exists(barrier):  # (the tables were set up by the caller)
-            time.sleep(0.01)
+        wait_for_barrier(barrier)  # (the tables were set up by the caller)
         for i in range(turns):
             backing = PostgresChatMessageHistory(
                 PG_TABLE, pg_session(session), sync_connection=conn
@@ -594,13 +608,7 @@ def contend_sqlite_process(
     from langchain_community.chat_message_histories import SQLChatMessageHistory
     from sqlalchemy import create_engine
 
-    log = FoldLog(marker)
-    strategy = make_strategy(log)
-
-    def history(store: BaseStore, backing: BaseChatMessageHistory) -> ManagedChatMessageHistory:
-        return ManagedChatMessageHistory(
-            backing, strategy, store=store, key=key_for(session), prune_backing=True
-        )
+    log, history = _contender(session, marker)
 
     if use_async:
         from langgraph.store.sqlite.aio import AsyncSqliteStore
@@ -610,8 +618,7 @@ def contend_sqlite_process(
             engine = create_async_engine(f"sqlite+aiosqlite:///{target / 'history.sqlite'}")
             try:
                 async with AsyncSqliteStore.from_conn_string(str(target / "store.sqlite")) as st:
-                    while not os.path.exists(barrier):
-                        await asyncio.sleep(0.01)
+                    await await_barrier(barrier)
                     for i in range(turns):
                         backing = SQLChatMessageHistory(session_id=session, connection=engine)
                         await history(st, backing).aadd_messages(contention_turn(i, marker))
@@ -629,8 +636,7 @@ def contend_sqlite_process(
     )
     try:
         store = SqliteStore(conn)
-        while not os.path.exists(barrier):
-            time.sleep(0.01)
+        wait_for_barrier(barrier)
         for i in range(turns):
             backing = SQLChatMessageHistory(session_id=session, connection=engine)
             history(store, backing).add_messages(contention_turn(i, marker))
@@ -654,6 +660,23 @@ def setup_sqlite(target: Path, session: str) -> None:
     engine.dispose()
 
 
+def _stored_outcome(
+    backing: BaseChatMessageHistory,
+    store: BaseStore,
+    session: str,
+    markers_: Sequence[str],
+    turns: int,
+    folds: dict[str, Any],
+) -> dict[str, int]:
+    """:func:`account` of a contended run of ``markers_`` racing processes, read back from the
+    backing history and the store they wrote."""
+    history = ManagedChatMessageHistory(backing, make_strategy(), store=store, key=key_for(session))
+    expected = [
+        m.id or "" for marker in markers_ for i in range(turns) for m in contention_turn(i, marker)
+    ]
+    return account(expected, history.history.messages, history.state, folds)
+
+
 def sqlite_contention_outcome(
     target: Path, session: str, markers_: Sequence[str], turns: int, folds: dict[str, Any]
 ) -> dict[str, int]:
@@ -665,19 +688,8 @@ def sqlite_contention_outcome(
     engine = create_engine(f"sqlite:///{target / 'history.sqlite'}")
     try:
         with SqliteStore.from_conn_string(str(target / "store.sqlite")) as store:
-            history = ManagedChatMessageHistory(
-                SQLChatMessageHistory(session_id=session, connection=engine),
-                make_strategy(),
-                store=store,
-                key=key_for(session),
-            )
-            expected = [
-                m.id or ""
-                for marker in markers_
-                for i in range(turns)
-                for m in contention_turn(i, marker)
-            ]
-            return account(expected, history.history.messages, history.state, folds)
+            backing = SQLChatMessageHistory(session_id=session, connection=engine)
+            return _stored_outcome(backing, store, session, markers_, turns, folds)
     finally:
         engine.dispose()
 
@@ -694,19 +706,8 @@ def contention_outcome(
         psycopg.connect(dsn, autocommit=True) as conn,
         PostgresStore.from_conn_string(dsn) as store,
     ):
-        history = ManagedChatMessageHistory(
-            PostgresChatMessageHistory(PG_TABLE, pg_session(session), sync_connection=conn),
-            make_strategy(),
-            store=store,
-            key=key_for(session),
-        )
-        expected = [
-            m.id or ""
-            for marker in markers_
-            for i in range(turns)
-            for m in contention_turn(i, marker)
-        ]
-        return account(expected, history.history.messages, history.state, folds)
+        backing = PostgresChatMessageHistory(PG_TABLE, pg_session(session), sync_connection=conn)
+        return _stored_outcome(backing, store, session, markers_, turns, folds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,19 +45,35 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 __all__ = [
     "MARKER",
+    "MODES",
+    "PROVIDERS",
     "FakeLLMServer",
     "Fault",
     "RecordedRequest",
     "echo_markers",
     "llm_server",
     "llm_server_b",
+    "over_the_wire",
 ]
+
+#: the chat-model integrations the fake server speaks for, and the two drivers
+PROVIDERS = ("openai", "anthropic")
+MODES = ("sync", "async")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def over_the_wire(test: _F) -> _F:
+    """Run ``test(..., provider, mode)`` for every provider and both drivers (sync, async)."""
+    by_provider = pytest.mark.parametrize("provider", PROVIDERS)(test)
+    return pytest.mark.parametrize("mode", MODES)(by_provider)  # type: ignore[no-any-return]
+
 
 #: the markers the default reply echoes: one per test message
 MARKER = re.compile(r"\bmsg-\d+\b")

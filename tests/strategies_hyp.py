@@ -18,6 +18,12 @@ Two history generators:
 Contents mix plain strings and multimodal block lists (text and low-detail image_url blocks),
 unicode and emoji; ids are present or absent per message (always unique when present); names
 appear sometimes; tool call ids are unique within a history.
+
+The building blocks are public for other harnesses (``property_harness.py`` grows conversations
+turn by turn from them): :data:`SNIPPETS` and :data:`TOOLS` (the texts and tool names drawn
+from), :class:`Ids` (serial numbers for ids within one history), :func:`ints` (cached integer
+strategies) and the message makers :func:`human`, :func:`plain_ai`, :func:`calling_ai`,
+:func:`result` and :func:`system`.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ MAX_TEXT = 300
 
 #: Precomposed snippets (one draw each): scripts, combining marks, RTL, CJK, emoji with ZWJ and
 #: variation selectors, flags, JSON-ish and markup text, whitespace and the empty string.
-_SNIPPETS = (
+SNIPPETS = (
     "",
     " ",
     "the order shipped to Berlin yesterday",
@@ -70,10 +76,10 @@ _SNIPPETS = (
     "clipped by langmem_ext",  # the marker's words in user text
 )
 _NAMES = ("alice", "bob", "assistant_1", "ünï", "tool-runner")
-_TOOLS = ("search_orders", "get_weather", "lookup_customer", "run_sql", "fetch_invoice")
+TOOLS = ("search_orders", "get_weather", "lookup_customer", "run_sql", "fetch_invoice")
 
 _alphabet = st.characters(codec="utf-8", categories=("L", "M", "N", "P", "S", "Zs"))
-_snippet = st.sampled_from(_SNIPPETS)
+_snippet = st.sampled_from(SNIPPETS)
 
 #: Text of 0-300 characters: a snippet, a snippet repeated to lengths that matter for token
 #: budgets, or short arbitrary unicode. Few draws per text, so 500 histories generate quickly.
@@ -87,7 +93,7 @@ short_texts = st.one_of(_snippet, st.text(_alphabet, max_size=8))
 
 
 @dataclass
-class _Ids:
+class Ids:
     """Serial numbers for message ids and tool call ids within one generated history."""
 
     serial: int = 0
@@ -97,7 +103,7 @@ class _Ids:
         return self.serial
 
 
-def _message_id(draw: Any, ids: _Ids, prefix: str) -> str | None:
+def _message_id(draw: Any, ids: Ids, prefix: str) -> str | None:
     style = draw(_id_styles)
     if style == "none":
         return None
@@ -106,13 +112,13 @@ def _message_id(draw: Any, ids: _Ids, prefix: str) -> str | None:
 
 
 @functools.cache
-def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
+def ints(lo: int, hi: int) -> st.SearchStrategy[int]:
     """``st.integers(lo, hi)``, built once per bounds (building strategies costs per draw)."""
     return st.integers(lo, hi)
 
 
 _bools = st.booleans()
-_tools = st.sampled_from(_TOOLS)
+_tools = st.sampled_from(TOOLS)
 _statuses = st.sampled_from(("success", "success", "error"))
 _block_kinds = st.lists(st.sampled_from(("text", "image")), min_size=1, max_size=3)
 _step_kinds = st.sampled_from(("human", "ai", "tools", "tools"))
@@ -120,8 +126,8 @@ _id_styles = st.sampled_from(("none", "plain", "uuidish"))
 _maybe_name = st.sampled_from((None, None, None, None, *_NAMES))
 
 
-def _content(draw: Any, ids: _Ids, *, multimodal: bool = True) -> str | list[dict[str, Any]]:
-    if not multimodal or draw(_ints(0, 3)) > 0:
+def _content(draw: Any, ids: Ids, *, multimodal: bool = True) -> str | list[dict[str, Any]]:
+    if not multimodal or draw(ints(0, 3)) > 0:
         return draw(texts)
     blocks: list[dict[str, Any]] = []
     for kind in draw(_block_kinds):
@@ -137,7 +143,7 @@ def _name(draw: Any) -> str | None:
     return draw(_maybe_name)
 
 
-def human(draw: Any, ids: _Ids) -> HumanMessage:
+def human(draw: Any, ids: Ids) -> HumanMessage:
     return HumanMessage(
         content=_content(draw, ids),
         id=_message_id(draw, ids, "h"),
@@ -145,25 +151,25 @@ def human(draw: Any, ids: _Ids) -> HumanMessage:
     )
 
 
-def plain_ai(draw: Any, ids: _Ids) -> AIMessage:
+def plain_ai(draw: Any, ids: Ids) -> AIMessage:
     return AIMessage(
-        content=_content(draw, ids, multimodal=draw(_ints(0, 5)) == 0),
+        content=_content(draw, ids, multimodal=draw(ints(0, 5)) == 0),
         id=_message_id(draw, ids, "ai"),
         name=_name(draw),
     )
 
 
-def _calls(draw: Any, ids: _Ids, k: int) -> list[dict[str, Any]]:
+def _calls(draw: Any, ids: Ids, k: int) -> list[dict[str, Any]]:
     calls = []
     for _ in range(k):
         call_id = f"call_{ids.next()}"
-        args = {"q": draw(short_texts), "limit": draw(_ints(0, 100))}
+        args = {"q": draw(short_texts), "limit": draw(ints(0, 100))}
         calls.append({"name": draw(_tools), "args": args, "id": call_id})
     return calls
 
 
-def calling_ai(draw: Any, ids: _Ids, k: int) -> AIMessage:
-    content = draw(texts) if draw(_ints(0, 2)) == 0 else ""
+def calling_ai(draw: Any, ids: Ids, k: int) -> AIMessage:
+    content = draw(texts) if draw(ints(0, 2)) == 0 else ""
     return AIMessage(
         content=content,
         tool_calls=_calls(draw, ids, k),
@@ -172,8 +178,8 @@ def calling_ai(draw: Any, ids: _Ids, k: int) -> AIMessage:
     )
 
 
-def result(draw: Any, ids: _Ids, call: dict[str, Any]) -> ToolMessage:
-    if draw(_ints(0, 3)) == 0:
+def result(draw: Any, ids: Ids, call: dict[str, Any]) -> ToolMessage:
+    if draw(ints(0, 3)) == 0:
         content: Any = _content(draw, ids)
     else:
         content = json.dumps({"result": draw(texts)}, ensure_ascii=False)
@@ -186,19 +192,19 @@ def result(draw: Any, ids: _Ids, call: dict[str, Any]) -> ToolMessage:
     )
 
 
-def system(draw: Any, ids: _Ids) -> SystemMessage:
+def system(draw: Any, ids: Ids) -> SystemMessage:
     return SystemMessage(content=_content(draw, ids), id=_message_id(draw, ids, "sys"))
 
 
-def _tool_round(draw: Any, ids: _Ids, interleave: bool) -> list[BaseMessage]:
-    ai = calling_ai(draw, ids, draw(_ints(1, 3)))
+def _tool_round(draw: Any, ids: Ids, interleave: bool) -> list[BaseMessage]:
+    ai = calling_ai(draw, ids, draw(ints(1, 3)))
     order = draw(st.permutations(range(len(ai.tool_calls))))
     results: list[BaseMessage] = [result(draw, ids, ai.tool_calls[i]) for i in order]
     out: list[BaseMessage] = [ai, *results]
-    if interleave and draw(_ints(0, 3)) == 0:
+    if interleave and draw(ints(0, 3)) == 0:
         # other messages between the call and (some of) its results
-        for _ in range(draw(_ints(1, 2))):
-            at = draw(_ints(1, len(out) - 1))
+        for _ in range(draw(ints(1, 2))):
+            at = draw(ints(1, len(out) - 1))
             between = human(draw, ids) if draw(_bools) else plain_ai(draw, ids)
             out.insert(at, between)
     return out
@@ -213,14 +219,14 @@ def histories(
     max_messages: int = MAX_MESSAGES,
 ) -> list[BaseMessage]:
     """A valid-ish conversation (see the module docstring). Always holds a HumanMessage."""
-    ids = _Ids()
+    ids = Ids()
     out: list[BaseMessage] = []
     if draw(_bools):
         out.append(system(draw, ids))
-    if draw(_ints(0, 5)) == 0:
+    if draw(ints(0, 5)) == 0:
         out.append(plain_ai(draw, ids))  # an assistant greeting before the first question
     out.append(human(draw, ids))
-    steps = draw(_ints(0, 20))
+    steps = draw(ints(0, 20))
     for _ in range(steps):
         kind = draw(_step_kinds)
         if kind == "human":
@@ -232,9 +238,9 @@ def histories(
         if len(out) + len(group) > max_messages:
             break
         out.extend(group)
-    if in_flight and len(out) + 4 <= max_messages and draw(_ints(0, 4)) == 0:
-        ai = calling_ai(draw, ids, draw(_ints(1, 3)))
-        answered = draw(_ints(0, len(ai.tool_calls) - 1))
+    if in_flight and len(out) + 4 <= max_messages and draw(ints(0, 4)) == 0:
+        ai = calling_ai(draw, ids, draw(ints(1, 3)))
+        answered = draw(ints(0, len(ai.tool_calls) - 1))
         order = draw(st.permutations(range(len(ai.tool_calls))))
         out.append(ai)
         out.extend(result(draw, ids, ai.tool_calls[i]) for i in order[:answered])
@@ -281,7 +287,7 @@ def malformed_histories(draw: Any) -> list[BaseMessage]:
         elif kind in ("call", "round"):
             calls = [
                 {
-                    "name": _TOOLS[(made + i) % len(_TOOLS)],
+                    "name": TOOLS[(made + i) % len(TOOLS)],
                     "args": {"i": made + i},
                     "id": f"c{made + i}",
                 }

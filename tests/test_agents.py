@@ -6,14 +6,12 @@ import asyncio
 import json
 from typing import Any
 
+from fakes import RecordingChatModel, SummaryModel, numbered_replies
 from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
-from pydantic import Field
 
 from langmem_ext import (
     ApproximateCounter,
@@ -27,24 +25,13 @@ from langmem_ext import (
 COUNTER = ApproximateCounter()
 
 
-class RecordingModel(BaseChatModel):
-    """Answers every call and records the messages it was sent."""
-
-    calls: list[list[BaseMessage]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "recording"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> RecordingModel:
-        return self
-
-    def _generate(
-        self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        self.calls.append(list(messages))
-        reply = AIMessage(f"reply {len(self.calls)}: " + "the order is on its way " * 8)
-        return ChatResult(generations=[ChatGeneration(message=reply)])
+def recording_model() -> RecordingChatModel:
+    """Answers every call ("reply <n>: ...", n from 1) and records the messages it was sent."""
+    return RecordingChatModel(
+        messages=numbered_replies(
+            "the order is on its way " * 8, first=1, separator=": ", ids=False
+        )
+    )
 
 
 @tool
@@ -61,7 +48,7 @@ TOOL_TOKENS = COUNTER.count_text(json.dumps(convert_to_openai_tool(track_order))
 
 
 def test_the_system_prompt_and_tool_schemas_count_and_the_view_is_what_the_model_gets() -> None:
-    model = RecordingModel()
+    model = recording_model()
     agent = create_agent(
         model,
         [track_order],
@@ -73,21 +60,20 @@ def test_the_system_prompt_and_tool_schemas_count_and_the_view_is_what_the_model
     for i in range(10):
         out = agent.invoke({"messages": [question(i)]}, config)
     assert len(out["messages"]) == 20  # view mode: the history stays whole
-    for sent in model.calls:
+    for sent in model.requests:
         assert isinstance(sent[0], SystemMessage) and sent[0].content == "You track orders."
         assert COUNTER.count_messages(sent) + TOOL_TOKENS <= 700
         assert validate(sent) == []
-    assert len(model.calls[-1]) < 20
+    assert len(model.requests[-1]) < 20
     memory = MemoryState.from_dict(out["memory"])
     assert memory.seen == 20  # system prompt + 19 messages when the last call was made
 
 
-def summarizer(prompt: list[BaseMessage]) -> str:
-    return "The user keeps asking where orders are."
+summarizer = SummaryModel("The user keeps asking where orders are.")
 
 
 def test_the_summary_and_the_system_prompt_share_one_system_message_in_rewrite_mode() -> None:
-    model = RecordingModel()
+    model = recording_model()
     strategy = SummaryBuffer(900, summarizer=summarizer, max_summary_tokens=100)
     agent = create_agent(
         model,
@@ -101,14 +87,14 @@ def test_the_summary_and_the_system_prompt_share_one_system_message_in_rewrite_m
         out = agent.invoke({"messages": [question(i)]}, config)
     memory = MemoryState.from_dict(out["memory"])
     assert memory.folds >= 1 and len(out["messages"]) < 32
-    last = model.calls[-1]
+    last = model.requests[-1]
     assert [type(m).__name__ for m in last].count("SystemMessage") == 1
     assert str(last[0].content).startswith("You track orders.\n\n<conversation_summary>")
-    assert all(COUNTER.count_messages(s) + TOOL_TOKENS <= 900 for s in model.calls)
+    assert all(COUNTER.count_messages(s) + TOOL_TOKENS <= 900 for s in model.requests)
 
 
 def test_async_agent() -> None:
-    model = RecordingModel()
+    model = recording_model()
     agent = create_agent(
         model,
         [],
@@ -126,4 +112,4 @@ def test_async_agent() -> None:
 
     out = asyncio.run(run())
     assert out["memory"]["seen"] == 12
-    assert all(COUNTER.count_messages(s) <= 500 for s in model.calls)
+    assert all(COUNTER.count_messages(s) <= 500 for s in model.requests)

@@ -3,16 +3,12 @@ timing or target claims: a thread this short says nothing about them)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not part of the installed package
-    sys.path.insert(0, str(ROOT))
+from bench_helpers import assert_results_written
 
-from bench.growth import CONFIGS, QUICK, FakeSummarizer, run_growth, write_results  # noqa: E402
+from bench.growth import CONFIGS, QUICK, RandomWordsSummarizer, run_growth, write_results
 
 TINY = replace(QUICK, mode="smoke", turns=30, report_every=10)
 
@@ -34,7 +30,7 @@ REPORT_KEYS = {
 
 
 def test_fake_summarizer_is_deterministic_and_about_the_requested_size() -> None:
-    first, second = FakeSummarizer(300, seed=1), FakeSummarizer(300, seed=1)
+    first, second = RandomWordsSummarizer(300, seed=1), RandomWordsSummarizer(300, seed=1)
     texts = [first("prompt"), first(["another"])]
     assert texts == [second("x"), second("y")] and texts[0] != texts[1]
     assert first.calls == 2 and all(1_150 <= len(t) <= 1_201 for t in texts)
@@ -67,8 +63,5 @@ def test_growth_core_produces_every_config_and_target(tmp_path: Path) -> None:
     (target,) = results["targets"]
     assert isinstance(target["passed"], bool) and len(target["checks"]) == 4
 
-    md_path, json_path = write_results(results, tmp_path, "growth_smoke")
-    markdown = md_path.read_text(encoding="utf-8")
-    for heading in ("## Verdict", "## Summary", "## Latest checkpoint", "## Messages in state"):
-        assert heading in markdown
-    assert json.loads(json_path.read_text(encoding="utf-8"))["meta"]["mode"] == "smoke"
+    headings = ("## Verdict", "## Summary", "## Latest checkpoint", "## Messages in state")
+    assert_results_written(write_results, results, tmp_path, "growth_smoke", headings)

@@ -5,24 +5,19 @@ nothing about them)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not part of the installed package
-    sys.path.insert(0, str(ROOT))
-
-from bench.retrieval import (  # noqa: E402
+from bench.retrieval import (
     REF_RANKINGS,
     TARGET_DATASETS,
     CachedEmbeddings,
     main,
     turns_of,
 )
-from bench.retrieval_data import (  # noqa: E402
+from bench.retrieval_data import (
     PlantedSettings,
     load_cri,
     load_cri_facts,

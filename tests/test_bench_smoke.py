@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not part of the installed package
-    sys.path.insert(0, str(ROOT))
+from bench_helpers import assert_results_written
 
-from bench.run import QUICK, run_benchmark, write_results  # noqa: E402
+from bench.run import QUICK, run_benchmark, write_results
 
 TINY = replace(
     QUICK,
@@ -59,8 +55,5 @@ def test_benchmark_core_produces_every_section_and_target(tmp_path: Path) -> Non
     assert [t["id"] for t in results["targets"]] == ["A", "B", "C", "C", "D"]
     assert all(isinstance(t["passed"], bool) for t in results["targets"])
 
-    md_path, json_path = write_results(results, tmp_path, "smoke")
-    markdown = md_path.read_text(encoding="utf-8")
-    for heading in ("## Summary", "## A.", "## B.", "## C.", "## D."):
-        assert heading in markdown
-    assert json.loads(json_path.read_text(encoding="utf-8"))["meta"]["mode"] == "smoke"
+    headings = ("## Summary", "## A.", "## B.", "## C.", "## D.")
+    assert_results_written(write_results, results, tmp_path, "smoke", headings)

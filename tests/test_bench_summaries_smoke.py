@@ -3,19 +3,14 @@ or target claims: a loop this short says nothing about them)."""
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bench_helpers import assert_results_written
 from langchain_core.messages import AIMessage, HumanMessage
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not part of the installed package
-    sys.path.insert(0, str(ROOT))
-
-from bench.summaries import QUICK, FakeSummarizer, run_summaries, write_results  # noqa: E402
+from bench.summaries import QUICK, MarkerTrackingSummarizer, run_summaries, write_results
 
 TINY = replace(QUICK, mode="smoke", loop_n=80, budgets=(4_000,), max_summary_tokens=400)
 
@@ -29,7 +24,7 @@ TOOLS = {
 
 
 def test_fake_summarizer_records_markers_and_answers_without_them() -> None:
-    fake = FakeSummarizer(summary_tokens=50)
+    fake = MarkerTrackingSummarizer(summary_tokens=50)
     first = fake("user: m1: hello\nassistant: m22: hi")
     second = fake([AIMessage(first), HumanMessage("m3: again and m1: once more")])
 
@@ -65,8 +60,5 @@ def test_summaries_core_produces_every_tool_and_target(tmp_path: Path) -> None:
     for target in results["targets"]:
         assert isinstance(target["passed"], bool) and len(target["checks"]) == 7
 
-    md_path, json_path = write_results(results, tmp_path, "summaries_smoke")
-    markdown = md_path.read_text(encoding="utf-8")
-    for heading in ("## Verdicts", "## Summarizer work", "## Model inputs", "## Time in the tool"):
-        assert heading in markdown
-    assert json.loads(json_path.read_text(encoding="utf-8"))["meta"]["mode"] == "smoke"
+    headings = ("## Verdicts", "## Summarizer work", "## Model inputs", "## Time in the tool")
+    assert_results_written(write_results, results, tmp_path, "summaries_smoke", headings)

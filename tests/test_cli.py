@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from subprocesses import run_python, without_api_keys
 
 from langmem_ext.cli import main, shape
 
 
 def test_demo_runs_offline_without_api_keys_in_a_fresh_process() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    done = subprocess.run(
-        [sys.executable, "-m", "langmem_ext", "demo", "--messages", "200", "--every", "25"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
+    done = run_python(
+        "-m", "langmem_ext", "demo", "--messages", "200", "--every", "25", env=without_api_keys()
     )
     assert done.returncode == 0, done.stderr
     assert "over budget: 0" in done.stdout

@@ -30,21 +30,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _workers_common import AsyncOnlyHistory
 from compat_worker import (
-    AsyncOnlyHistory,
     AsyncOnlyModel,
     RecordingModel,
     SqliteHistory,
+    aviews,
     make_model,
     new_lines_of,
     run,
     script,
     split_tokens,
+    summarizer,
+    tags_read,
+    transcript_tags,
+    views,
 )
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
-from langchain_core.language_models import BaseLanguageModel
-from langchain_core.language_models.fake import FakeListLLM
-from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import PromptTemplate
 from langgraph.store.base import BaseStore
@@ -96,61 +98,11 @@ def stored(store: BaseStore) -> dict[str, Any]:
     return item.value
 
 
-def views(memory: Any) -> tuple[Any, Any]:
-    """(string form, message form) of what the memory gives the chain."""
-    saved = memory.return_messages
-    try:
-        memory.return_messages = False
-        string = memory.load_memory_variables({})[memory.memory_key]
-        memory.return_messages = True
-        messages = memory.load_memory_variables({})[memory.memory_key]
-    finally:
-        memory.return_messages = saved
-    return string, messages
-
-
-async def aviews(memory: Any) -> tuple[Any, Any]:
-    saved = memory.return_messages
-    try:
-        memory.return_messages = False
-        string = (await memory.aload_memory_variables({}))[memory.memory_key]
-        memory.return_messages = True
-        messages = (await memory.aload_memory_variables({}))[memory.memory_key]
-    finally:
-        memory.return_messages = saved
-    return string, messages
-
-
 def recorder(memory: Any) -> RecordingModel:
     """The memory's summarizer, a RecordingModel."""
     model = memory.llm
     assert isinstance(model, RecordingModel)
     return model
-
-
-def tags_read(model: RecordingModel) -> list[list[str]]:
-    """For each summarizer call, the tags (h003, a003 ...) of the messages it read."""
-    return [
-        [line.split()[1] for line in new_lines_of(prompt).splitlines()] for prompt in model.prompts
-    ]
-
-
-def transcript_tags(turns: list[tuple[str, str]]) -> list[str]:
-    return [line.split()[0] for pair in turns for line in pair]
-
-
-def summarizer(kind: str) -> BaseLanguageModel[Any]:
-    """A fresh summarizer model of one kind (two instances of a kind behave identically)."""
-    scripted = [f"scripted summary {i}: " + "word " * (i % 7) for i in range(200)]
-    if kind == "recording":
-        return make_model()
-    if kind == "overhead":  # list count = sum + 5, like a provider's per-request framing
-        return make_model(overhead=5)
-    if kind == "fakelist":
-        return FakeListChatModel(responses=scripted, custom_get_token_ids=split_tokens)
-    if kind == "fakellm":
-        return FakeListLLM(responses=scripted, custom_get_token_ids=split_tokens)
-    raise AssertionError(kind)
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from subprocesses import run_command, run_python, without_api_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS = 30
@@ -19,22 +20,10 @@ TURNS = 30
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """One offline run of ``make demo``'s script: (its stdout, its SQLite file)."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     db = tmp_path_factory.mktemp("demo") / "agent.sqlite"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "agent.py"),
-            "--turns",
-            str(TURNS),
-            "--db",
-            str(db),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
+    script = str(ROOT / "examples" / "agent.py")
+    done = run_python(
+        script, "--turns", str(TURNS), "--db", str(db), env=without_api_keys(), timeout=180
     )
     assert done.returncode == 0, done.stderr
     return done.stdout, db
@@ -124,15 +113,7 @@ def test_item14_seed_tiktoken_is_a_user_facing_offline_script(tmp_path: Path, ho
     command = _seed_command(how, tmp_path)
 
     def _seed_script(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*command, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
-            cwd=tmp_path,
-        )
+        return run_command([*command, *args], env=env, cwd=tmp_path)
 
     offline = {
         **{k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"},
@@ -173,13 +154,6 @@ def test_item14_seed_tiktoken_is_a_user_facing_offline_script(tmp_path: Path, ho
         "from langmem_ext import TiktokenCounter; "
         "print(TiktokenCounter(model='gpt-4o').count_text('hello world'))"
     )
-    counted = subprocess.run(
-        [sys.executable, "-c", check],
-        capture_output=True,
-        text=True,
-        env={**offline, "TIKTOKEN_CACHE_DIR": str(cache)},
-        timeout=120,
-        check=False,
-    )
+    counted = run_python("-c", check, env={**offline, "TIKTOKEN_CACHE_DIR": str(cache)})
     assert counted.returncode == 0, counted.stderr
     assert counted.stdout.strip() == "2"

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import sqlite3
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from fakes import RecordingChatModel, SummaryModel, numbered_replies
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
-from pydantic import Field
 
 from langmem_ext import (
     ApproximateCounter,
@@ -53,8 +51,7 @@ def explicit_graph(node: MemoryNode, checkpointer: Any, seen: list[list[BaseMess
     return builder.compile(checkpointer=checkpointer)
 
 
-def summarizer(prompt: list[BaseMessage]) -> str:
-    return "The user asked about shipments; the assistant gave details."
+summarizer = SummaryModel("The user asked about shipments; the assistant gave details.")
 
 
 def test_view_mode_keeps_the_history_and_the_model_sees_the_view() -> None:
@@ -114,9 +111,7 @@ def test_a_failing_summarizer_removes_nothing_and_the_run_still_answers() -> Non
 def test_as_pre_model_hook_of_create_react_agent() -> None:
     from langgraph.prebuilt import create_react_agent
 
-    model = GenericFakeChatModel(
-        messages=(AIMessage(f"reply {i} " + "words " * 30) for i in itertools.count())
-    )
+    model = RecordingChatModel(messages=numbered_replies("words " * 30, ids=False))
     strategy = SummaryBuffer(1_000, summarizer=summarizer, max_summary_tokens=100)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -135,16 +130,6 @@ def test_as_pre_model_hook_of_create_react_agent() -> None:
     assert out["messages"][-1].content.startswith("reply 14")
 
 
-class RecordingFake(GenericFakeChatModel):
-    """GenericFakeChatModel that records the messages of every request."""
-
-    requests: list[list[BaseMessage]] = Field(default_factory=list)
-
-    def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
-        self.requests.append(list(messages))
-        return super()._generate(messages, *args, **kwargs)
-
-
 def test_the_view_is_stored_only_between_the_memory_step_and_the_model_step(
     tmp_path: Path,
 ) -> None:
@@ -154,9 +139,7 @@ def test_the_view_is_stored_only_between_the_memory_step_and_the_model_step(
     from langgraph.prebuilt import create_react_agent
 
     conn = sqlite3.connect(str(tmp_path / "hitl.sqlite"), check_same_thread=False)
-    model = RecordingFake(
-        messages=(AIMessage(f"reply {i} " + "words " * 30, id=f"r{i}") for i in itertools.count())
-    )
+    model = RecordingChatModel(messages=numbered_replies("words " * 30))
 
     def agent() -> Any:  # a new graph object for every resume
         with warnings.catch_warnings():

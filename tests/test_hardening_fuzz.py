@@ -24,11 +24,12 @@ looks at), so a message is traced even when its text repeats another's. At every
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fakes import ScriptedSummarizer
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import (
@@ -98,33 +99,20 @@ def marker(message: BaseMessage) -> int | None:
     return value if isinstance(value, int) else None
 
 
-class RecordingSummarizer:
-    """Stands in for the strategy's Summarizer: records the markers of every message it folds,
-    fails when the schedule says so, and answers a short summary."""
+class RecordingSummarizer(ScriptedSummarizer):
+    """The shared scripted Summarizer, also recording the markers of every message it folds and
+    their paths in the history of the call being made (set ``history`` before each call)."""
 
     def __init__(self, failures: Sequence[bool]) -> None:
-        self.schedule = itertools.cycle(failures or (False,))
+        super().__init__(failures)
         self.read: list[int] = []
-        self.calls = 0
-        self.max_summary_tokens = 60
-        self.fallback = None
-        self.counter: Any = None
         self.history: Sequence[BaseMessage] = ()  # the history of the call being made
         self.read_paths: set[tuple[Any, ...]] = set()
 
-    def fold(self, previous: Mapping[str, str], messages: Sequence[BaseMessage]) -> dict[str, str]:
-        self.calls += 1
-        if next(self.schedule):
-            raise RuntimeError("summarizer down")
+    def on_fold(self, messages: Sequence[BaseMessage]) -> None:
         self.read.extend(m for m in (marker(x) for x in messages) if m is not None)
         where = {id(m): i for i, m in enumerate(self.history)}
         self.read_paths.update(path_of(self.history, where[id(m)]) for m in messages)
-        return {"conversation": f"summary #{self.calls} of {len(self.read)} messages"}
-
-    async def afold(
-        self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
-    ) -> dict[str, str]:
-        return self.fold(previous, messages)
 
 
 @dataclass

@@ -33,7 +33,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import GetOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
-import langmem_ext.retrieval as retrieval_module
 from langmem_ext import (
     MemoryKey,
     MemoryNode,
@@ -156,7 +155,7 @@ def test_item5_thread_scope_sees_turns_another_worker_indexed(ranking: str, driv
 
 
 class FakeClock:
-    """Stands in for the ``time`` module inside retrieval.py (``indexed_at`` stamps)."""
+    """The strategies' clock (``indexed_at`` stamps): ``strategy.clock = clock.time``."""
 
     def __init__(self) -> None:
         self.now = 1_700_000_000.0
@@ -166,17 +165,15 @@ class FakeClock:
 
 
 @pytest.mark.parametrize("ranking", ["bm25", "hybrid"])
-def test_item5_user_scope_sees_other_threads_written_more_than_30s_apart(
-    ranking: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_item5_user_scope_sees_other_threads_written_more_than_30s_apart(ranking: str) -> None:
     """Worker A serves thread t1 of user ann, worker B thread t2. B indexes the locker code;
     A's next turns come more than 30 s later and write turns of their own. The index used to
     look only for items stamped within 30 s of its newest, so it missed B's turn for good."""
     clock = FakeClock()
-    monkeypatch.setattr(retrieval_module, "time", clock)
     store = _store(ranking)
     kw: dict[str, Any] = {"store": store, "ranking": ranking, "scope": "user"}
     a, b = Retrieval(TokenBudget(900), **kw), Retrieval(TokenBudget(900), **kw)
+    a.clock = b.clock = clock.time
     t1, t2 = MemoryKey("acme", "ann", "t1"), MemoryKey("acme", "ann", "t2")
     one = turns(0, 30, {}, prefix="t1-")
     two = turns(0, 24, LOCKER, prefix="t2-")

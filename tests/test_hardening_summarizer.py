@@ -25,7 +25,7 @@ from langchain_anthropic import ChatAnthropic
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
-from llm_server import FakeLLMServer, Fault, llm_server
+from llm_server import MODES, FakeLLMServer, Fault, llm_server, over_the_wire
 from test_wire import (
     Clock,
     assert_nothing_lost,
@@ -52,8 +52,6 @@ __all__ = ["llm_server"]  # the fixture, re-exported so pytest finds it
 
 pytestmark = pytest.mark.filterwarnings("ignore:The model 'claude-3-5-haiku-latest' is deprecated")
 
-PROVIDERS = ("openai", "anthropic")
-MODES = ("sync", "async")
 
 #: any fence tag of the package, opening or closing, with attributes / whitespace
 ANY_FENCE = re.compile(r"<\s*/?\s*(?:" + "|".join(FENCE_TAGS) + r")\b[^<>\n]*>?", re.I)
@@ -343,8 +341,7 @@ async def test_item10_timeout_counts_as_transient_failure(
     assert_nothing_lost(messages, healed)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_item10_a_hanging_server_is_abandoned_over_the_wire(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -409,8 +406,7 @@ def test_item10_retry_wait_is_backoff_but_at_least_what_the_provider_asked() -> 
     assert wait(4, Answer(500)) is None
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_item10_retry_after_is_honoured_over_the_wire(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -429,8 +425,7 @@ async def test_item10_retry_after_is_honoured_over_the_wire(
     assert all(w <= summarizer.retry_max_wait for w in waits)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_item10_a_retry_after_beyond_the_cap_ends_the_call_at_once(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -448,8 +443,7 @@ async def test_item10_a_retry_after_beyond_the_cap_ends_the_call_at_once(
 # item 10: the SDK's own retries do not multiply the attempts
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_item10_sdk_retries_do_not_multiply_attempts(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -502,8 +496,7 @@ def test_item10_a_malformed_answer_is_classified_transient() -> None:
     assert not is_transient(ValueError("context length exceeded"))  # no status: a plain bug
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 @pytest.mark.parametrize("kind", ["malformed", "malformed_shape", "empty"])
 async def test_item10_a_malformed_200_is_transient(
     llm_server: FakeLLMServer, provider: str, mode: str, kind: str
@@ -603,8 +596,7 @@ async def test_item10_a_window_smaller_than_the_floor_fails_with_a_clear_error(m
     assert model.sizes == sorted(model.sizes, reverse=True)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_item10_a_context_length_400_over_the_wire_shrinks_and_loses_nothing(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:

@@ -14,21 +14,19 @@ import asyncio
 import gzip
 import hashlib
 import importlib.util
-import itertools
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from fakes import RecordingChatModel, SummaryModel, numbered_replies
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from subprocesses import run_python
 
 from langmem_ext import (
     MemoryAgentState,
@@ -48,14 +46,11 @@ def question(i: int) -> HumanMessage:
     return HumanMessage(f"question {i}: " + "where is the shipment now? " * 10, id=f"q{i}")
 
 
-def summarizer(prompt: list[BaseMessage]) -> str:
-    return "The user keeps asking where the shipment is."
+summarizer = SummaryModel("The user keeps asking where the shipment is.")
 
 
-def fake_model() -> GenericFakeChatModel:
-    return GenericFakeChatModel(
-        messages=(AIMessage(f"reply {i} " + "words " * 30, id=f"r{i}") for i in itertools.count())
-    )
+def fake_model() -> RecordingChatModel:
+    return RecordingChatModel(messages=numbered_replies("words " * 30))
 
 
 def explicit_graph(node: MemoryNode, schema: Any, seen: list[list[BaseMessage]]) -> Any:
@@ -265,14 +260,7 @@ def test_item13_cli_relations_between_flags_are_clear_errors(
 def test_item13_cli_max_tokens_100_is_a_clear_error_in_a_fresh_process() -> None:
     """The issue's command: it blamed --target-tokens (4,000), which the user never set. Now the
     defaults scale with --max-tokens and the error names --max-tokens and a value that fits."""
-    done = subprocess.run(
-        [sys.executable, "-m", "langmem_ext", "demo", "--max-tokens", "100", "--every", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-    )
+    done = run_python("-m", "langmem_ext", "demo", "--max-tokens", "100", "--every", "0", cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("langmem-ext: error: --max-tokens 100 is too small")
@@ -303,14 +291,7 @@ for name in {blocked!r}:
 
 def run_child(blocked: list[str], code: str) -> dict[str, Any]:
     script = CHILD.format(blocked=blocked, code=textwrap.dedent(code))
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-    )
+    done = run_python("-c", script, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

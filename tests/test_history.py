@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _workers_common import AsyncOnlyHistory, RecordingStore
 from history_worker import (
     PG_TABLE,
     SYSTEM_PROMPT,
-    RecordingChat,
+    RecordingSummarizer,
     Run,
     arun_sessions,
     covered,
@@ -37,9 +38,11 @@ from history_worker import (
     message_id,
     pg_session,
     question_text,
+    recording_chat,
     run_backend,
     run_sessions,
     summarizer,
+    turn,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,46 +71,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-class CountingStore(InMemoryStore):
-    """An InMemoryStore that records every operation it is asked to run, sync or async."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[tuple[str, str]] = []
-
-    def _record(self, mode: str, ops: Iterable[Op]) -> list[Op]:
-        ops = list(ops)
-        self.ops.extend((mode, type(op).__name__) for op in ops)
-        return ops
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        return super().batch(self._record("sync", ops))
-
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await super().abatch(self._record("async", ops))
-
-    @property
-    def writes(self) -> int:
-        return sum(1 for _, name in self.ops if name == PutOp.__name__)
-
-
-class RecordingSummarizer:
-    """The deterministic summarizer of history_worker, counting its calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, prompt: list[BaseMessage]) -> str:
-        self.calls += 1
-        return summarizer(prompt)
-
-
-def turn(i: int, marker: str = "alpha") -> list[BaseMessage]:
-    """One question and its answer; the question has no id (the history gives it one)."""
-    answer = f"answer {i}: marker={marker} " + "details " * 30
-    return [HumanMessage(question_text(i, marker)), AIMessage(answer, id=f"{marker}-a{i}")]
 
 
 def managed(
@@ -157,7 +120,7 @@ def test_view_is_the_summary_then_the_newest_messages_of_the_backing_history() -
 
 def test_reading_never_calls_the_summarizer_and_never_writes_the_store() -> None:
     summarize = RecordingSummarizer()
-    store = CountingStore()
+    store = RecordingStore()
     backing = InMemoryChatMessageHistory()
     for i in range(12):  # written past the wrapper: a fold is long overdue
         backing.add_messages([m.model_copy(update={"id": m.id or message_id(m)}) for m in turn(i)])
@@ -425,32 +388,6 @@ def test_sync_and_async_paths_give_identical_results(prune: bool) -> None:
     assert expected[-2][1].folds >= 3
 
 
-class AsyncOnlyHistory(BaseChatMessageHistory):
-    """A backing history whose sync API fails: the async path must not touch it."""
-
-    def __init__(self) -> None:
-        self.stored: list[BaseMessage] = []
-
-    @property
-    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        raise AssertionError("sync read on the async path")
-
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        raise AssertionError("sync write on the async path")
-
-    def clear(self) -> None:
-        raise AssertionError("sync clear on the async path")
-
-    async def aget_messages(self) -> list[BaseMessage]:
-        return list(self.stored)
-
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        self.stored.extend(messages)
-
-    async def aclear(self) -> None:
-        self.stored = []
-
-
 async def test_the_async_path_is_async_throughout() -> None:
     calls: list[int] = []
 
@@ -458,7 +395,7 @@ async def test_the_async_path_is_async_throughout() -> None:
         calls.append(1)
         return summarizer(prompt)
 
-    store = CountingStore()
+    store = RecordingStore()
     history = managed(
         AsyncOnlyHistory(), store=store, strategy=make_strategy(summarize), prune_backing=True
     )
@@ -664,7 +601,7 @@ def test_runnable_with_message_history_without_a_history_key_stores_only_the_new
     """Without ``history_messages_key`` the chain's input is the view plus the new messages,
     and RunnableWithMessageHistory works out the new ones by the view's length: the summary
     must never be written back into the backing history."""
-    backing, store, model = InMemoryChatMessageHistory(), InMemoryStore(), RecordingChat()
+    backing, store, model = InMemoryChatMessageHistory(), InMemoryStore(), recording_chat()
     strategy = make_strategy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -681,11 +618,11 @@ def test_runnable_with_message_history_without_a_history_key_stores_only_the_new
             backing, strategy, store=store, key=key_for("s")
         ).messages
         chain.invoke([HumanMessage(text)] if as_list else text, config)  # type: ignore[arg-type]
-        assert model.seen[-1] == [*before, HumanMessage(text)]
+        assert model.requests[-1] == [*before, HumanMessage(text)]
     assert ids(backing.messages) == [f"alpha-{k}{i}" for i in range(14) for k in ("q", "a")]
     state = ManagedChatMessageHistory(backing, strategy, store=store, key=key_for("s")).state
     assert state is not None and state.folds >= 3
-    assert model.seen[-1][0].id == "langmem-ext-summary"
+    assert model.requests[-1][0].id == "langmem-ext-summary"
 
 
 @pytest.fixture
@@ -845,7 +782,7 @@ def test_a_second_process_continues_with_the_same_summary(
 def test_any_sequence_of_writes_keeps_every_question_exactly_once(
     batches: list[int], prune: bool
 ) -> None:
-    store = CountingStore()
+    store = RecordingStore()
     history = managed(store=store, prune_backing=prune)
     asked = 0
     for size in batches:

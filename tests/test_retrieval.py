@@ -217,7 +217,7 @@ def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
     lexical = turns(*(f"b{i}" for i in range(3)), "both", *(f"x{i}" for i in range(6)))
     for kwargs, first in (({}, "fact"), ({"rrf_k": 60, "dense_weight": 1.0}, "both")):
         strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=1, **kwargs, key=KEY)
-        picked = strategy._fuse([(strategy.dense_weight, dense), (1.0, lexical)], [], [])
+        picked = strategy._fuse([(strategy.config.dense_weight, dense), (1.0, lexical)], [], [])
         assert [c.uid for c in picked] == [first]
 
 
@@ -515,3 +515,133 @@ def test_identical_turns_leaving_together_are_indexed(minilm: Any) -> None:
     assert result.report.indexed == len(left) >= 2
     stored = store.search(KEY.namespace("turns"), limit=100)
     assert sorted(i.key for i in stored) == sorted(left)
+
+
+# --- issue 12: one flow, the clock passed in, a frozen config ------------------------------------
+
+
+def _by_hand(strategy: Retrieval, messages: list[BaseMessage], state: Any) -> tuple[Any, list[str]]:
+    """A driver that knows nothing of Retrieval: fold requests go to the summarizer, any other
+    request runs itself (what the engine's drivers do once they take I/O requests)."""
+    from langmem_ext._state import Folded
+    from langmem_ext.fold import FoldRequest
+    from langmem_ext.retrieval import IoRequest
+
+    plan = strategy._plan(messages, MemoryState.coerce(state), strategy.clock(), 0, key=KEY)
+    asked: list[str] = []
+    value: Any = None
+    while True:
+        try:
+            request = plan.send(value)
+        except StopIteration as done:
+            return done.value, asked
+        asked.append(type(request).__name__)
+        if isinstance(request, FoldRequest):
+            assert strategy.summarizer is not None
+            value = Folded(strategy.summarizer.fold(request.previous, request.messages))
+        else:
+            assert isinstance(request, IoRequest)
+            value = request.run()
+
+
+def _summarizing(store: BaseStore) -> Retrieval:
+    inner = SummaryBuffer(2_000, summarizer=lambda prompt: "We talked about the harbour.")
+    strategy = Retrieval(inner, store=store, ranking="bm25", key=KEY, max_retrieved_tokens=300)
+    strategy.clock = lambda: 1_700_000_000.0
+    return strategy
+
+
+def test_item1_retrieval_plan_is_one_flow_any_driver_can_run() -> None:
+    """``Retrieval._plan`` used to return the inner plan alone (retrieval ran in overridden
+    entry points), so a shared driver running it retrieved nothing. It is now the whole flow:
+    the inner plan's fold requests pass through, then Retrieval's own I/O requests."""
+    history = [*conversation(40), HumanMessage("what is my gym locker code?", id="q")]
+    by_apply, by_hand = _summarizing(InMemoryStore()), _summarizing(InMemoryStore())
+    state_a: Any = None
+    state_b: Any = None
+    asked: list[str] = []
+    for end in range(1, len(history) + 1):
+        if isinstance(history[end - 1], HumanMessage):
+            a = by_apply.apply(history[:end], state_a)
+            b, steps = _by_hand(by_hand, history[:end], state_b)
+            assert [m.content for m in b.messages] == [m.content for m in a.messages]
+            assert b.state == a.state
+            state_a, state_b, asked = a.state, b.state, asked + steps
+    assert "4471" in context(a)
+    assert {"FoldRequest", "_StoreFlow", "_Together"} <= set(asked)
+
+
+def test_item1_the_async_driver_and_the_view_run_the_same_flow() -> None:
+    """``aapply`` gives what ``apply`` gives; ``view`` / ``aview`` defer every fold and decline
+    every write (nothing is summarized, nothing stored), and notify nobody."""
+    history = [*conversation(40), HumanMessage("what is my gym locker code?", id="q")]
+    sync, concurrent = _summarizing(CountingStore()), _summarizing(CountingStore())
+    updates: list[Any] = []
+    concurrent.inner.on_summary_updated = lambda before, after: updates.append(after)
+    a = run(sync, history)
+    b = asyncio.run(concurrent.aapply(history, run(concurrent, history[:-1]).state))
+    assert [m.content for m in b.messages] == [m.content for m in a.messages]
+    assert updates  # the inner strategy's callbacks still fire through Retrieval
+    reader = _summarizing(CountingStore())
+    calls: list[str] = []
+    assert reader.summarizer is not None
+
+    def fold(*args: Any) -> dict[str, str]:
+        calls.append("fold")
+        return {}
+
+    reader.summarizer.fold = fold  # type: ignore[method-assign,assignment]
+    seen = reader.view(history)
+    aseen = asyncio.run(reader.aview(history))
+    assert calls == [] and isinstance(reader.store, CountingStore) and reader.store.puts == 0
+    assert seen.state == aseen.state and seen.state.indexed == 0
+    assert [m.content for m in seen.messages] == [m.content for m in aseen.messages]
+
+
+def test_item2_index_stamps_come_from_the_strategy_clock() -> None:
+    """``indexed_at`` was read from ``time.time()`` inside the "pure" indexing step; it is the
+    ``now`` the driver took from the strategy's clock (by default the inner strategy's)."""
+    store = InMemoryStore()
+    strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25", key=KEY)
+    strategy.clock = lambda: 1_234.5
+    run(strategy, conversation(20))
+    stamps = {item.value["indexed_at"] for item in store.search(KEY.namespace("turns"), limit=99)}
+    assert stamps == {1_234.5}
+    inner = SummaryBuffer(4_000, summarizer=lambda prompt: "s", clock=lambda: 42.0)
+    wrapped = Retrieval(inner, store=InMemoryStore(), ranking="bm25", key=KEY)
+    assert wrapped.clock() == 42.0  # one clock per call: the inner plan's and the index's
+
+
+def test_item3_retrieval_config_is_frozen_validated_and_resolved() -> None:
+    import dataclasses
+
+    from langmem_ext.retrieval import RetrievalConfig
+
+    good = ListRetriever(docs=["Returns are accepted within 30 days."])
+    strategy = Retrieval(
+        TokenBudget(900), store=InMemoryStore(), key=KEY, k=3, sources=[good], dense_weight=1
+    )
+    config = strategy.config
+    assert isinstance(config, RetrievalConfig)
+    assert (config.max_passages, config.per_ranking, config.ranking) == (3, 12, "bm25")
+    assert config.sources == (good,) and config.dense_weight == 1.0
+    assert isinstance(config.dense_weight, float) and config.key == KEY
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.k = 9  # type: ignore[misc]
+    with pytest.raises(ValueError, match=r"Retrieval: k must be an integer >= 1, got 0"):
+        RetrievalConfig(k=0)
+    assert RetrievalConfig(k=2, source_k=0, candidates=5).max_passages == 0
+
+
+def test_item3_sources_given_as_a_generator_are_kept() -> None:
+    """The sources were checked by iterating them and then copied: a generator was used up by
+    the check, so its sources were never searched. The config copies first, then checks."""
+    good = ListRetriever(docs=["Returns are accepted within 30 days."])
+    strategy = Retrieval(
+        TokenBudget(1_500),
+        store=InMemoryStore(),
+        key=KEY,
+        sources=(s for s in [good]),  # type: ignore[arg-type]
+    )
+    result = strategy.apply([HumanMessage("what is your returns policy for orders?", id="q")])
+    assert "Returns are accepted within 30 days." in context(result)

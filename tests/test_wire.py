@@ -23,12 +23,15 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_openai import ChatOpenAI
 from llm_server import (
     MARKER,
+    MODES,
+    PROVIDERS,
     FakeLLMServer,
     Fault,
     RecordedRequest,
     echo_markers,
     llm_server,
     llm_server_b,
+    over_the_wire,
 )
 
 from langmem_ext import (
@@ -47,8 +50,6 @@ __all__ = ["llm_server", "llm_server_b"]  # fixtures, re-exported so pytest find
 # the model name the wire tests use is deprecated upstream; the SDK warns on every answer
 pytestmark = pytest.mark.filterwarnings("ignore:The model 'claude-3-5-haiku-latest' is deprecated")
 
-PROVIDERS = ("openai", "anthropic")
-MODES = ("sync", "async")
 SUMMARY_BUDGET = 120
 T0 = 1_000.0
 
@@ -158,8 +159,7 @@ def assert_single_leading_system(result: MemoryResult) -> SystemMessage:
 # -- a successful fold --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_a_fold_carries_the_previous_summary_the_transcript_and_the_budget(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -234,8 +234,7 @@ async def test_other_summarizing_strategies_fold_over_the_wire(
     assert_nothing_lost(messages, result)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_without_a_system_message_the_summary_is_the_leading_system_message(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -249,8 +248,7 @@ async def test_without_a_system_message_the_summary_is_the_leading_system_messag
     assert_nothing_lost(messages, result)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_each_section_is_its_own_request_with_its_own_budget(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -281,8 +279,7 @@ async def test_each_section_is_its_own_request_with_its_own_budget(
     assert facts.previous_summary == result.state.sections["facts"]
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 @pytest.mark.parametrize("compressed_fits", [True, False])
 async def test_an_over_budget_answer_is_compressed_then_clipped(
     llm_server: FakeLLMServer, provider: str, mode: str, compressed_fits: bool
@@ -311,8 +308,7 @@ async def test_an_over_budget_answer_is_compressed_then_clipped(
         assert summarizer.counter.count_text(summary) <= SUMMARY_BUDGET
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_a_large_backlog_is_folded_in_chained_calls(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -351,8 +347,7 @@ async def test_a_large_backlog_is_folded_in_chained_calls(
 # -- transient faults are retried by the Summarizer ---------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 @pytest.mark.parametrize(
     ("faults", "requests"),
     [
@@ -381,8 +376,7 @@ async def test_transient_errors_are_retried(
     assert llm_server.markers_seen() == markers(folded_part(messages, result.state))
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_a_timeout_is_retried(llm_server: FakeLLMServer, provider: str, mode: str) -> None:
     # a short client timeout so the test stays fast: the server answers after 0.6 s
     model = make_model(provider, llm_server, timeout=0.25)
@@ -400,8 +394,7 @@ async def test_a_timeout_is_retried(llm_server: FakeLLMServer, provider: str, mo
 # -- a context window too small for any input -------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_a_context_window_too_small_for_any_input_fails_the_fold_and_loses_nothing(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
@@ -446,8 +439,7 @@ async def test_a_context_window_too_small_for_any_input_fails_the_fold_and_loses
 # -- health transitions, end to end -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("provider", PROVIDERS)
+@over_the_wire
 async def test_health_goes_retrying_degraded_healthy_and_the_backlog_is_folded_once(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:

@@ -1,0 +1,285 @@
+"""The surfaces' I/O: where a state is stored, and one flow run either sync or async.
+
+**StateStore.** A surface that keeps its state outside LangGraph's graph state (the chat
+history, the legacy memory) keeps it as one item of a LangGraph ``BaseStore``:
+:class:`StateStore` is that item, a namespace, an item key and the state's serialization
+(``to_dict`` / a ``decode`` function; :data:`memory_state` for a
+:class:`~langmem_ext.state.MemoryState`). Items are written with ``index=False``: a state is
+never a document to embed. A sync-only store (``SqliteStore`` has no async API) can be used from
+async code: with ``sync_fallback=True`` the async methods run its sync ones in a worker thread,
+so the event loop never blocks.
+
+**Flows.** An operation of a surface (append → apply → save → prune, or the legacy prune) is
+written once, as a generator that yields I/O steps and receives their results, like httpx's
+``auth_flow`` and :meth:`Summarizer.steps <langmem_ext.summarize.Summarizer.steps>`. Two thin
+drivers perform the steps: :func:`run` with blocking calls, :func:`arun` by awaiting. A step
+that raises has its exception thrown back into the flow at the ``yield``, so the flow handles
+errors with a plain ``try``. The steps:
+
+* :class:`Io`: one call, given in both colours (a function and a coroutine function);
+* :class:`Shielded`: a sub-flow of writes that must finish: :func:`arun` runs it to its end
+  even when the caller is cancelled meanwhile, and raises the ``CancelledError`` after;
+* :class:`Within`: a sub-flow run inside a context manager (a lock), sync or async.
+
+Pure bookkeeping: nothing here knows a strategy, a history or a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from langgraph.store.base import BaseStore
+
+from langmem_ext.state import MemoryState
+
+__all__ = [
+    "Flow",
+    "Io",
+    "Shielded",
+    "StateStore",
+    "Within",
+    "arun",
+    "memory_state",
+    "run",
+    "shielded",
+    "single",
+    "uncancelled",
+]
+
+T = TypeVar("T")
+
+
+class Serializable(Protocol):
+    """A state the store can hold: a JSON-serializable ``to_dict()``."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S", bound=Serializable)
+
+
+def memory_state(data: Mapping[str, Any]) -> MemoryState:
+    """The ``decode`` of a :class:`~langmem_ext.state.MemoryState` (validated, versioned)."""
+    return MemoryState.from_dict(data)
+
+
+@dataclass(frozen=True, slots=True)
+class StateStore(Generic[S]):
+    """One state kept as the item ``item`` under ``namespace`` of a LangGraph ``store``.
+
+    Args:
+        store: any LangGraph ``BaseStore``.
+        namespace: where the item lives, e.g. ``key.namespace("history")``.
+        item: the item key.
+        decode: reads a stored value back (``memory_state``, or a state class's
+            ``from_dict``); it raises on a value it does not understand. States are written
+            with their ``to_dict()``.
+        sync_fallback: when the store has no async API (it raises ``NotImplementedError``),
+            the async methods run the sync ones in a worker thread instead of failing.
+
+    ``load`` / ``save`` / ``delete`` and their async twins are the whole API; ``loading`` /
+    ``saving`` / ``deleting`` are the same calls as :class:`Io` steps for a flow.
+    """
+
+    store: BaseStore
+    namespace: tuple[str, ...]
+    item: str
+    _: KW_ONLY
+    decode: Callable[[Mapping[str, Any]], S]
+    sync_fallback: bool = False
+
+    def __repr__(self) -> str:
+        return f"StateStore({type(self.store).__name__}, {self.namespace!r}, {self.item!r})"
+
+    # -- sync -------------------------------------------------------------------------------------
+
+    def load(self) -> S | None:
+        """The stored state, or ``None`` when there is none."""
+        return self._decoded(self.store.get(self.namespace, self.item))
+
+    def save(self, state: S) -> None:
+        self.store.put(self.namespace, self.item, state.to_dict(), index=False)
+
+    def delete(self) -> None:
+        self.store.delete(self.namespace, self.item)
+
+    # -- async ------------------------------------------------------------------------------------
+
+    async def aload(self) -> S | None:
+        """Async :meth:`load`."""
+        item = await self._async(self.store.aget, self.store.get, self.namespace, self.item)
+        return self._decoded(item)
+
+    async def asave(self, state: S) -> None:
+        """Async :meth:`save`."""
+        put, aput = self.store.put, self.store.aput
+        await self._async(aput, put, self.namespace, self.item, state.to_dict(), index=False)
+
+    async def adelete(self) -> None:
+        """Async :meth:`delete`."""
+        delete, adelete = self.store.delete, self.store.adelete
+        await self._async(adelete, delete, self.namespace, self.item)
+
+    # -- as flow steps ----------------------------------------------------------------------------
+
+    def loading(self) -> Io[S | None]:
+        return Io(self.load, self.aload)
+
+    def saving(self, state: S) -> Io[None]:
+        return Io.of(self.save, self.asave, state)
+
+    def deleting(self) -> Io[None]:
+        return Io(self.delete, self.adelete)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _decoded(self, item: Any) -> S | None:
+        return None if item is None else self.decode(item.value)
+
+    async def _async(
+        self, acall: Callable[..., Awaitable[T]], call: Callable[..., T], *args: Any, **kw: Any
+    ) -> T:
+        if not self.sync_fallback:
+            return await acall(*args, **kw)
+        try:
+            return await acall(*args, **kw)
+        except NotImplementedError:  # a sync-only store: do not block the event loop
+            return await asyncio.to_thread(call, *args, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# flows: the steps and the two drivers
+
+
+@dataclass(frozen=True, slots=True)
+class Io(Generic[T]):
+    """A step: one call. ``run`` calls ``call()``, ``arun`` awaits ``acall()``."""
+
+    call: Callable[[], T]
+    acall: Callable[[], Awaitable[T]]
+
+    @classmethod
+    def of(
+        cls, call: Callable[..., T], acall: Callable[..., Awaitable[T]], *args: Any, **kw: Any
+    ) -> Io[T]:
+        """The step that calls ``call(*args, **kw)`` / awaits ``acall(*args, **kw)``."""
+        return cls(functools.partial(call, *args, **kw), functools.partial(acall, *args, **kw))
+
+    @classmethod
+    def inline(cls, call: Callable[..., T], *args: Any) -> Io[T]:
+        """The step of a non-blocking call (a try-lock), made inline by both drivers."""
+        bound = functools.partial(call, *args)
+
+        async def acall() -> T:
+            return bound()
+
+        return cls(bound, acall)
+
+
+@dataclass(frozen=True, slots=True)
+class Shielded(Generic[T]):
+    """A step: the sub-flow ``flow``, which ``arun`` finishes even if cancelled meanwhile."""
+
+    flow: Flow[T]
+
+
+@dataclass(frozen=True, slots=True)
+class Within(Generic[T]):
+    """A step: the sub-flow ``flow``, inside ``context()`` (``run``) or ``acontext()``
+    (``arun``): a lock held for exactly that sub-flow."""
+
+    context: Callable[[], AbstractContextManager[Any]]
+    acontext: Callable[[], AbstractAsyncContextManager[Any]]
+    flow: Flow[T]
+
+
+Step = Io[Any] | Shielded[Any] | Within[Any]
+#: a flow: yields steps, receives each one's result (or has its exception thrown in), returns T
+Flow = Generator[Step, Any, T]
+
+
+def single(step: Step) -> Flow[Any]:
+    """The flow of one step (to shield one call, or to take a lock for it)."""
+    return (yield step)
+
+
+def run(flow: Flow[T]) -> T:
+    """Drive ``flow`` with blocking calls."""
+    step, result = _advance(flow, None, None)
+    while step is not None:
+        step, result = _advance(flow, *_outcome(step))
+    return result  # type: ignore[no-any-return]
+
+
+async def arun(flow: Flow[T]) -> T:
+    """Drive ``flow`` by awaiting its steps. A cancellation propagates at once, except during
+    a :class:`Shielded` step, after which it is raised."""
+    step, result = _advance(flow, None, None)
+    while step is not None:
+        step, result = _advance(flow, *(await _aoutcome(step)))
+    return result  # type: ignore[no-any-return]
+
+
+def _advance(flow: Flow[Any], value: Any, error: Exception | None) -> tuple[Step | None, Any]:
+    """Give ``flow`` the last step's result (or throw its error in): its next step, or
+    ``None`` and its result once it returns."""
+    try:
+        return (flow.send(value) if error is None else flow.throw(error)), None
+    except StopIteration as done:
+        return None, done.value
+
+
+def _outcome(step: Step) -> tuple[Any, Exception | None]:
+    """Perform ``step`` with blocking calls: (its result, None) or (None, what it raised)."""
+    try:
+        if isinstance(step, Io):
+            return step.call(), None
+        if isinstance(step, Shielded):
+            return run(step.flow), None
+        with step.context():
+            return run(step.flow), None
+    except Exception as error:
+        return None, error
+
+
+async def _aoutcome(step: Step) -> tuple[Any, Exception | None]:
+    """Async :func:`_outcome`; a cancellation is not an outcome: it propagates."""
+    try:
+        if isinstance(step, Io):
+            return await step.acall(), None
+        if isinstance(step, Shielded):
+            return await shielded(arun(step.flow)), None
+        async with step.acontext():
+            return await arun(step.flow), None
+    except Exception as error:
+        return None, error
+
+
+async def uncancelled(awaitable: Awaitable[T]) -> tuple[T, bool]:
+    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile.
+
+    Returns its result and whether a cancellation arrived (the caller re-raises it once its own
+    bookkeeping is done). The work runs in its own task behind ``asyncio.shield``.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.cancelled():  # the work itself was cancelled (the loop is shutting down)
+                raise
+            cancelled = True
+
+
+async def shielded(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` to its end; a cancellation that arrived meanwhile is raised after."""
+    result, cancelled = await uncancelled(awaitable)
+    if cancelled:
+        raise asyncio.CancelledError
+    return result

@@ -1,0 +1,211 @@
+"""The shared fake models of the test suite: one of each kind, named after what it stands in for.
+
+* :class:`RecordingChatModel`: the *agent's* chat model (a LangChain chat model). It answers
+  from an iterator of replies (see :func:`numbered_replies`) and records the messages of every
+  request, so a test can assert what the model was sent: the view, never the full history.
+* :class:`SummaryModel`: the *summarizer's* model, the plain callable ``(prompt messages) ->
+  str`` a strategy's ``summarizer=`` accepts. It answers a fixed text or a numbered summary,
+  can fail its first calls, and records the prompts it answered.
+* :class:`TokenCountingChatModel`: a chat model used as a *token counter* (what
+  ``ChatModelCounter`` and ``as_counter`` wrap): its provider-side count is a rule the test
+  sets, and it records how often and from which threads it was asked.
+* :class:`ScriptedSummarizer`: stands in for a strategy's whole :class:`langmem_ext.Summarizer`
+  (``fold``/``afold``), below the prompt level: fails when its schedule says so and records the
+  batches of messages it folded.
+
+Why shared: the suite grew about seven of these, two of them with the same class name and
+different behaviour; a test that needs something else subclasses one of these (see
+``on_fold``) rather than writing an eighth. The benchmark's fakes (which must keep producing
+the same figures) are in ``bench/fakes.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
+
+__all__ = [
+    "RecordingChatModel",
+    "ScriptedSummarizer",
+    "SummaryModel",
+    "TokenCountingChatModel",
+    "numbered_replies",
+    "transcript_of",
+]
+
+_TRANSCRIPT = re.compile(r"<transcript>\n(.*?)\n</transcript>", re.S)
+
+
+def numbered_replies(
+    text: str, *, first: int = 0, separator: str = " ", ids: bool = True
+) -> Iterator[AIMessage]:
+    """``AIMessage(f"reply {i}{separator}{text}", id=f"r{i}")`` for ``i = first, first + 1, ...``
+    (no ids with ``ids=False``): an endless, deterministic supply of answers whose number says
+    which call produced them."""
+    for i in itertools.count(first):
+        yield AIMessage(f"reply {i}{separator}{text}", id=f"r{i}" if ids else None)
+
+
+class RecordingChatModel(GenericFakeChatModel):
+    """The agent's chat model: appends the messages of every request to ``requests`` and
+    answers with the next of ``messages`` (an iterator of AIMessage or str, e.g.
+    :func:`numbered_replies`), or, when ``respond`` is given, with ``respond(request)`` (for a
+    model whose answer depends on what it was sent). ``bind_tools`` returns the model itself, so
+    agents that bind tools (``create_agent``) can use it; the answers never call a tool.
+    Streaming goes through the same ``_generate`` (GenericFakeChatModel splits its answer)."""
+
+    messages: Iterator[AIMessage | str] = Field(default_factory=lambda: iter(()))
+    respond: Callable[[list[BaseMessage]], AIMessage | str] | None = None
+    requests: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        self.requests.append(list(messages))
+        if self.respond is None:
+            return super()._generate(messages, stop, run_manager, **kwargs)
+        reply = self.respond(list(messages))
+        message = AIMessage(reply) if isinstance(reply, str) else reply
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> RecordingChatModel:
+        return self
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class TokenCountingChatModel(BaseChatModel):
+    """A chat model whose provider-side token count is ``per_request + sum(per_message(m))``
+    (``get_num_tokens_from_messages``) and ``per_text(text)`` (``get_num_tokens``, default: one
+    per word); it answers "ok". ``calls`` and ``threads`` record every count request, so a test
+    can check caching and that counting happens off the event loop."""
+
+    per_request: int = 0
+    per_message: Callable[[BaseMessage], int] = Field(default=lambda m: _words(str(m.content)))
+    per_text: Callable[[str], int] = Field(default=_words)
+    calls: int = 0
+    threads: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "token-counting-fake"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("ok"))])
+
+    def get_num_tokens_from_messages(self, messages: Any, tools: Any = None) -> int:
+        self.calls += 1
+        self.threads.append(threading.current_thread().name)
+        return self.per_request + sum(self.per_message(m) for m in messages)
+
+    def get_num_tokens(self, text: str) -> int:
+        return self.per_text(text)
+
+
+def transcript_of(prompt: Sequence[BaseMessage] | str) -> str:
+    """The ``<transcript>`` block of a summarizer prompt (the messages it asks to summarize)."""
+    body = prompt if isinstance(prompt, str) else str(prompt[-1].content)
+    found = _TRANSCRIPT.search(body)
+    assert found is not None, f"no <transcript> block in the prompt: {body[:200]!r}"
+    return found.group(1)
+
+
+class SummaryModel:
+    """The summarizer's model, a callable ``(prompt messages) -> str``.
+
+    ``answer`` is the text of every answer, or ``answer(n, prompt)`` with ``n`` the answer's
+    number (1 for the first successful call), or None for ``"summary <n>"``. The first
+    ``fail`` calls raise ``error`` (default ``ValueError("summarizer down")``) and are not
+    recorded. ``prompts`` holds the prompts it answered, in order; ``calls`` counts every call,
+    failed or not.
+    """
+
+    def __init__(
+        self,
+        answer: str | Callable[[int, Sequence[BaseMessage]], str] | None = None,
+        *,
+        fail: int = 0,
+        error: Exception | None = None,
+    ) -> None:
+        self.answer = answer
+        self.fail = fail
+        self.error = error
+        self.calls = 0
+        self.prompts: list[list[BaseMessage]] = []
+
+    def __call__(self, prompt: Sequence[BaseMessage]) -> str:
+        self.calls += 1
+        if self.fail:
+            self.fail -= 1
+            raise self.error or ValueError("summarizer down")
+        self.prompts.append(list(prompt))
+        n = len(self.prompts)
+        if self.answer is None:
+            return f"summary {n}"
+        return self.answer if isinstance(self.answer, str) else self.answer(n, prompt)
+
+    def transcript(self, i: int) -> str:
+        """The ``<transcript>`` block of the ``i``-th answered prompt."""
+        return transcript_of(self.prompts[i])
+
+
+class ScriptedSummarizer:
+    """Stands in for a strategy's Summarizer (the ``fold``/``afold`` protocol), set with
+    ``strategy.summarizer = ScriptedSummarizer(...)`` after construction.
+
+    Each call takes the next entry of ``failures`` (cycled; True: raise
+    ``RuntimeError("summarizer down")``); a successful call appends its batch to ``batches``,
+    calls :meth:`on_fold` (the hook for a test that needs more, e.g. which messages were read)
+    and answers ``"summary #<call> of <messages folded so far> messages"`` for the
+    ``conversation`` section.
+    """
+
+    def __init__(self, failures: Sequence[bool] = (), *, max_summary_tokens: int = 60) -> None:
+        self.schedule = itertools.cycle(failures or (False,))
+        self.calls = 0
+        self.batches: list[list[BaseMessage]] = []
+        self.max_summary_tokens = max_summary_tokens
+        self.fallback = None
+        self.counter: Any = None
+
+    @property
+    def folded(self) -> int:
+        """Messages folded by successful calls, over all calls."""
+        return sum(len(batch) for batch in self.batches)
+
+    def on_fold(self, messages: Sequence[BaseMessage]) -> None:
+        """Called with the batch of every successful call; does nothing here."""
+
+    def fold(self, previous: Mapping[str, str], messages: Sequence[BaseMessage]) -> dict[str, str]:
+        self.calls += 1
+        if next(self.schedule):
+            raise RuntimeError("summarizer down")
+        self.batches.append(list(messages))
+        self.on_fold(messages)
+        return {"conversation": f"summary #{self.calls} of {self.folded} messages"}
+
+    async def afold(
+        self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
+    ) -> dict[str, str]:
+        return self.fold(previous, messages)
