@@ -5,8 +5,10 @@ A strategy's plan is a generator (:mod:`langmem_ext.fold`): it yields a
 set of outcomes (:class:`~langmem_ext._state.Folded`, :class:`~langmem_ext._state.FoldFailed`,
 :class:`~langmem_ext._state.FoldDeferred`) and returns the
 :class:`~langmem_ext.result.MemoryResult`. ``apply`` fulfils requests with ``Summarizer.fold``,
-``aapply`` with ``Summarizer.afold``, ``view`` defers them; nothing else differs. A plan that
-needs no summarizer (TokenBudget, SlidingWindow) simply never yields.
+``aapply`` with ``Summarizer.afold``, ``view`` defers them; nothing else differs. A plan may also
+yield an :class:`IoRequest` (Retrieval's store batches and retriever calls), which the sync
+driver runs and the async driver awaits; a read-only view declines the ones that write. A plan
+that needs no summarizer (TokenBudget, SlidingWindow) simply never yields.
 
 Planning is CPU-only for every local counter, so ``aapply`` runs it inline; when the counter may
 do network I/O (``is_blocking``, e.g. a chat model's provider-side token counting), ``aapply``
@@ -35,14 +37,46 @@ from langmem_ext.state import Health, MemoryState
 from langmem_ext.summarize import Summarizer
 from langmem_ext.tokens import TokenCounter
 
-__all__ = ["Plan", "StateLike", "Strategy", "finished"]
+__all__ = ["DECLINED", "IoRequest", "Plan", "Request", "StateLike", "Strategy", "finished"]
 
 logger = logging.getLogger("langmem_ext")
 
 StateLike = MemoryState | dict[str, Any] | None
-Plan = Generator[FoldRequest, FoldOutcome, MemoryResult]
 SummaryCallback = Callable[[Mapping[str, str], Mapping[str, str]], Any]
 HealthCallback = Callable[[Health, Health], Any]
+
+
+class IoRequest(ABC):
+    """A plan's request for I/O besides the summarizer (store batches, retriever calls).
+
+    The request carries its own sync and async fulfilment, so the drivers stay ignorant of
+    stores and retrievers: ``apply`` sends back ``run()``, ``aapply`` ``await arun()``. A
+    request that ``writes`` changes something outside the call: a read-only view declines it
+    (sends back :data:`DECLINED`), as it defers a fold."""
+
+    #: fulfilling it changes something outside the call (a view declines it)
+    writes: bool = False
+
+    @abstractmethod
+    def run(self) -> Any:
+        """Fulfil the request, blocking."""
+
+    @abstractmethod
+    async def arun(self) -> Any:
+        """Fulfil the request on the event loop."""
+
+
+class _Declined:
+    def __repr__(self) -> str:
+        return "DECLINED"
+
+
+#: what a read-only driver sends back for a request that ``writes``
+DECLINED = _Declined()
+
+Request = FoldRequest | IoRequest
+#: a strategy's plan: it yields requests, receives their answers, returns the result
+Plan = Generator[Request, Any, MemoryResult]
 
 
 def finished(compute: Callable[..., MemoryResult], *args: Any) -> Plan:
@@ -53,7 +87,8 @@ def finished(compute: Callable[..., MemoryResult], *args: Any) -> Plan:
 
 
 class Strategy(ABC):
-    """Base of every strategy: ``apply`` / ``aapply`` over one pure ``_plan``."""
+    """Base of every strategy: ``apply`` / ``aapply`` / ``view`` / ``aview`` over one pure
+    ``_plan``, run by one sync and one async driver."""
 
     counter: TokenCounter
     summarizer: Summarizer | None = None
@@ -61,36 +96,18 @@ class Strategy(ABC):
     on_health_changed: HealthCallback | None = None
     #: where ``now`` comes from (the plan reads no clock itself); replace it in tests
     clock: Callable[[], float] = staticmethod(time.time)
-    #: the strategy keeps memory outside its state and needs ``key=`` (see ``Retrieval``)
+    #: the strategy keeps memory outside its state: its ``_plan`` takes ``key=`` (``Retrieval``)
     uses_key: bool = False
 
     @abstractmethod
     def _plan(
         self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
     ) -> Plan:
-        """Pure: the view, next state and report, yielding fold requests. Never mutates.
-        ``extra`` tokens of the request travel outside the messages (tool schemas)."""
+        """Pure: the view, next state and report, yielding fold (and I/O) requests. Never
+        mutates. ``extra`` tokens of the request travel outside the messages (tool schemas). A
+        strategy with ``uses_key = True`` also takes ``key: MemoryKey | None`` by keyword."""
 
-    # -- sync -------------------------------------------------------------------------------------
-
-    def _begin(
-        self, messages: Sequence[BaseMessage], state: StateLike, extra_tokens: int
-    ) -> tuple[MemoryState, Plan]:
-        """The caller's state, read, and this turn's plan (not started yet)."""
-        before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
-        return before, plan
-
-    def _summarizer(self) -> Summarizer:
-        if self.summarizer is None:  # pragma: no cover - a plan only asks when it has one
-            raise RuntimeError(f"{type(self).__name__} asked to fold without a summarizer")
-        return self.summarizer
-
-    def _fold(self, request: FoldRequest) -> FoldOutcome:
-        try:
-            return Folded(self._summarizer().fold(request.previous, request.messages))
-        except Exception as error:  # any failure: the plan keeps everything unfolded
-            return _failed(error)
+    # -- the entry points: each one line over a driver ---------------------------------------------
 
     def apply(
         self,
@@ -110,21 +127,7 @@ class Strategy(ABC):
         whose memory this is (strategies with memory outside the state, like ``Retrieval``, use
         it; the others ignore it). The surfaces pass it from their config.
         """
-        before, plan = self._begin(messages, state, extra_tokens)
-        request, result = _advance(plan, None)
-        while result is None:
-            assert request is not None
-            request, result = _advance(plan, self._fold(request))
-        self._notify(before, result.state)
-        return result
-
-    # -- async ------------------------------------------------------------------------------------
-
-    async def _afold(self, request: FoldRequest) -> FoldOutcome:
-        try:
-            return Folded(await self._summarizer().afold(request.previous, request.messages))
-        except Exception as error:  # any failure: the plan keeps everything unfolded
-            return _failed(error)
+        return self._drive(messages, state, extra_tokens, key, read_only=False)
 
     async def aapply(
         self,
@@ -134,24 +137,10 @@ class Strategy(ABC):
         extra_tokens: int = 0,
         key: MemoryKey | None = None,
     ) -> MemoryResult:
-        """Async :meth:`apply`: the same plan; the summarizer is awaited, and counting runs off
-        the event loop when the counter does I/O. Cancelling it leaves ``state`` untouched."""
-        before, plan = self._begin(messages, state, extra_tokens)
-        blocking = bool(getattr(self.counter, "is_blocking", False))
-
-        async def step(value: FoldOutcome | None) -> tuple[FoldRequest | None, MemoryResult | None]:
-            if blocking:
-                return await asyncio.to_thread(_advance, plan, value)
-            return _advance(plan, value)
-
-        request, result = await step(None)
-        while result is None:
-            assert request is not None
-            request, result = await step(await self._afold(request))
-        self._notify(before, result.state)
-        return result
-
-    # -- read-only ----------------------------------------------------------------------------
+        """Async :meth:`apply`: the same plan; the summarizer and I/O are awaited, and counting
+        runs off the event loop when the counter does I/O. Cancelling it leaves ``state``
+        untouched."""
+        return await self._adrive(messages, state, extra_tokens, key, read_only=False)
 
     def view(
         self,
@@ -162,15 +151,11 @@ class Strategy(ABC):
         key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Read-only :meth:`apply`: the view for ``messages`` under ``state`` without ever
-        calling the summarizer and without notifying callbacks. A fold the plan would ask for
-        is deferred (not counted as a failure): the view then shows the summary so far, the
-        newest messages that fit and a note with the number of messages not shown. The
+        calling the summarizer, writing anything or notifying callbacks. A fold the plan would
+        ask for is deferred (not counted as a failure): the view then shows the summary so far,
+        the newest messages that fit and a note with the number of messages not shown. The
         returned ``state`` is informational; readers should not store it."""
-        _, plan = self._begin(messages, state, extra_tokens)
-        _, result = _advance(plan, None)
-        while result is None:
-            _, result = _advance(plan, FoldDeferred())
-        return result
+        return self._drive(messages, state, extra_tokens, key, read_only=True)
 
     async def aview(
         self,
@@ -181,9 +166,98 @@ class Strategy(ABC):
         key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Async :meth:`view`; counting runs off the event loop when the counter does I/O."""
-        if getattr(self.counter, "is_blocking", False):
-            return await asyncio.to_thread(self.view, messages, state, extra_tokens=extra_tokens)
-        return self.view(messages, state, extra_tokens=extra_tokens)
+        return await self._adrive(messages, state, extra_tokens, key, read_only=True)
+
+    # -- the drivers ------------------------------------------------------------------------------
+
+    def _begin(
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike,
+        extra_tokens: int,
+        key: MemoryKey | None,
+    ) -> tuple[MemoryState, Plan]:
+        """The caller's state, read, and this turn's plan (not started yet)."""
+        before = MemoryState.coerce(state)
+        args = (_as_sequence(messages), before, self.clock(), _extra(extra_tokens))
+        if self.uses_key:
+            return before, self._plan(*args, key=key)  # type: ignore[call-arg]
+        return before, self._plan(*args)
+
+    def _drive(
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike,
+        extra_tokens: int,
+        key: MemoryKey | None,
+        *,
+        read_only: bool,
+    ) -> MemoryResult:
+        """Run the plan, fulfilling its requests blocking; a read-only call notifies nobody."""
+        before, plan = self._begin(messages, state, extra_tokens, key)
+        request, result = _advance(plan, None)
+        while request is not None:
+            request, result = _advance(plan, self._answer(request, read_only))
+        assert result is not None
+        if not read_only:
+            self._notify(before, result.state)
+        return result
+
+    async def _adrive(
+        self,
+        messages: Sequence[BaseMessage],
+        state: StateLike,
+        extra_tokens: int,
+        key: MemoryKey | None,
+        *,
+        read_only: bool,
+    ) -> MemoryResult:
+        """:meth:`_drive` with awaited requests; the plan's steps run off the event loop when
+        the counter does I/O."""
+        before, plan = self._begin(messages, state, extra_tokens, key)
+        blocking = bool(getattr(self.counter, "is_blocking", False))
+
+        async def step(value: Any) -> tuple[Request | None, MemoryResult | None]:
+            if blocking:
+                return await asyncio.to_thread(_advance, plan, value)
+            return _advance(plan, value)
+
+        request, result = await step(None)
+        while request is not None:
+            request, result = await step(await self._aanswer(request, read_only))
+        assert result is not None
+        if not read_only:
+            self._notify(before, result.state)
+        return result
+
+    def _answer(self, request: Request, read_only: bool) -> Any:
+        """A read-only call folds nothing and writes nothing: a fold is deferred, a write
+        declined."""
+        if isinstance(request, FoldRequest):
+            return FoldDeferred() if read_only else self._fold(request)
+        return DECLINED if read_only and request.writes else request.run()
+
+    async def _aanswer(self, request: Request, read_only: bool) -> Any:
+        if isinstance(request, FoldRequest):
+            return FoldDeferred() if read_only else await self._afold(request)
+        return DECLINED if read_only and request.writes else await request.arun()
+
+    def _summarizer(self) -> Summarizer:
+        if self.summarizer is None:  # pragma: no cover - a plan only asks when it has one
+            raise RuntimeError(f"{type(self).__name__} asked to fold without a summarizer")
+        return self.summarizer
+
+    def _fold(self, request: FoldRequest) -> FoldOutcome:
+        try:
+            return Folded(self._summarizer().fold(request.previous, request.messages))
+        except Exception as error:  # any failure: the plan keeps everything unfolded
+            return _failed(error)
+
+    async def _afold(self, request: FoldRequest) -> FoldOutcome:
+        try:
+            return Folded(await self._summarizer().afold(request.previous, request.messages))
+        except Exception as error:  # any failure: the plan keeps everything unfolded
+            return _failed(error)
 
     # -- callbacks --------------------------------------------------------------------------------
 
@@ -206,12 +280,11 @@ def _failed(error: Exception) -> FoldFailed:
     return FoldFailed(error)
 
 
-def _advance(
-    plan: Plan, value: FoldOutcome | None
-) -> tuple[FoldRequest | None, MemoryResult | None]:
-    """One step of a plan: its next request, or its result when it is done."""
+def _advance(plan: Plan, value: Any) -> tuple[Request | None, MemoryResult | None]:
+    """One step of a plan: its next request (None once it is done) and, once done, its result.
+    ``None`` starts a fresh plan."""
     try:
-        return plan.send(value), None  # type: ignore[arg-type]
+        return plan.send(value), None
     except StopIteration as done:
         return None, done.value
 

@@ -47,8 +47,8 @@ One flow. ``Retrieval`` is a strategy like the others: its plan runs the inner s
 fulfil: the turn writes (a read-only view declines them, as it defers a fold), then the index
 search and the knowledge sources together (concurrently under ``aapply``). The store I/O inside
 a request is itself a sans-I/O generator of ``BaseStore`` operations, driven by ``batch`` or by
-``abatch``. ``apply`` / ``aapply`` / ``view`` / ``aview`` are one-line calls of one sync and one
-async driver; see ``ENGINE SWITCH`` below for the move of those drivers into the engine.
+``abatch``. ``apply`` / ``aapply`` / ``view`` / ``aview`` are the engine's own: its sync and async
+drivers run this plan like any other (:class:`~langmem_ext.engine.IoRequest`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ import re
 import threading
 import uuid
 import warnings
-from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -74,9 +73,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, Sear
 
 from langmem_ext._fences import neutralize
 from langmem_ext._identity import fingerprint, key_at, keys_between
-from langmem_ext._state import FoldDeferred
-from langmem_ext.engine import StateLike, Strategy, _as_sequence, _extra
-from langmem_ext.fold import FoldRequest
+from langmem_ext.engine import DECLINED, IoRequest, Plan, Request, Strategy
 from langmem_ext.keys import MemoryKey
 from langmem_ext.messages import is_system
 from langmem_ext.ranking import BM25Index, reciprocal_rank_fusion
@@ -126,47 +123,8 @@ _Io = Generator[list[Op], list[Result], _T]
 _Mark = tuple[str, int]
 
 
-# -- ENGINE SWITCH ---------------------------------------------------------------------------------
-# What the engine (langmem_ext/engine.py) needs so that the shared drivers run this plan, kept
-# here until it has it. The switch: move ``IoRequest``, ``DECLINED`` and ``_send`` (as the
-# engine's ``_advance``) to engine.py; widen ``Plan`` to ``Generator[FoldRequest | IoRequest, Any,
-# MemoryResult]``; give ``Strategy._plan`` a keyword ``key: MemoryKey | None = None`` passed by
-# every entry point; make ``Strategy.apply`` / ``view`` the body of ``Retrieval._drive`` and
-# ``aapply`` / ``aview`` the body of ``Retrieval._adrive`` (with ``_answer`` / ``_aanswer``).
-# Then delete Retrieval's four entry points, its two drivers and the ``type: ignore`` on _plan.
-
-
-class IoRequest(ABC):
-    """A plan's request for I/O besides the summarizer (store batches, retriever calls).
-
-    The request carries its own sync and async fulfilment, so the drivers stay ignorant of
-    stores and retrievers: ``apply`` sends back ``run()``, ``aapply`` ``await arun()``. A
-    request that ``writes`` changes something outside the call: a read-only view declines it
-    (sends back :data:`DECLINED`), as it defers a fold."""
-
-    #: fulfilling it changes something outside the call (a view declines it)
-    writes: bool = False
-
-    @abstractmethod
-    def run(self) -> Any:
-        """Fulfil the request, blocking."""
-
-    @abstractmethod
-    async def arun(self) -> Any:
-        """Fulfil the request on the event loop."""
-
-
-class _Declined:
-    def __repr__(self) -> str:
-        return "DECLINED"
-
-
-#: what a read-only driver sends back for a request that ``writes``
-DECLINED = _Declined()
-
-_Request = FoldRequest | IoRequest
 #: Retrieval's plan: the inner plan's fold requests and its own I/O requests
-_Flow = Generator[_Request, Any, MemoryResult]
+_Flow = Plan
 
 
 def _send(flow: Generator[_Y, _S, _T], value: _S | None) -> tuple[_Y | None, _T | None]:
@@ -786,7 +744,7 @@ class Retrieval(Strategy):
 
     # -- the plan ---------------------------------------------------------------------------------
 
-    def _plan(  # type: ignore[override]  # ENGINE SWITCH: Plan gains IoRequest, _plan a key
+    def _plan(  # takes key= (uses_key = True): the engine passes it
         self,
         messages: Sequence[BaseMessage],
         state: MemoryState,
@@ -815,107 +773,6 @@ class Retrieval(Strategy):
         passages, errors = self._passages(outcomes)
         picked = self._fuse(turns, passages, indexing.shown)
         return self._compose(inner, after, picked, errors, count)
-
-    # -- entry points: one sync and one async driver (ENGINE SWITCH: the engine's own) -----------
-
-    def apply(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike = None,
-        *,
-        extra_tokens: int = 0,
-        key: MemoryKey | None = None,
-    ) -> MemoryResult:
-        return self._drive(messages, state, extra_tokens, key, read_only=False)
-
-    async def aapply(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike = None,
-        *,
-        extra_tokens: int = 0,
-        key: MemoryKey | None = None,
-    ) -> MemoryResult:
-        return await self._adrive(messages, state, extra_tokens, key, read_only=False)
-
-    def view(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike = None,
-        *,
-        extra_tokens: int = 0,
-        key: MemoryKey | None = None,
-    ) -> MemoryResult:
-        """Read-only: the inner view plus what is already indexed; writes nothing, no summarizer."""
-        return self._drive(messages, state, extra_tokens, key, read_only=True)
-
-    async def aview(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike = None,
-        *,
-        extra_tokens: int = 0,
-        key: MemoryKey | None = None,
-    ) -> MemoryResult:
-        return await self._adrive(messages, state, extra_tokens, key, read_only=True)
-
-    def _drive(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike,
-        extra: int,
-        key: MemoryKey | None,
-        *,
-        read_only: bool,
-    ) -> MemoryResult:
-        """Run the plan, fulfilling its requests blocking; a read-only call notifies nobody."""
-        before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra), key=key)
-        request, result = _send(plan, None)
-        while request is not None:
-            request, result = _send(plan, self._answer(request, read_only))
-        assert result is not None
-        if not read_only:
-            self._notify(before, result.state)
-        return result
-
-    async def _adrive(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike,
-        extra: int,
-        key: MemoryKey | None,
-        *,
-        read_only: bool,
-    ) -> MemoryResult:
-        """:meth:`_drive` with awaited requests; the plan's steps run off the event loop when
-        the counter does I/O."""
-        before = MemoryState.coerce(state)
-        plan = self._plan(_as_sequence(messages), before, self.clock(), _extra(extra), key=key)
-        blocking = bool(getattr(self.counter, "is_blocking", False))
-
-        async def step(value: Any) -> tuple[_Request | None, MemoryResult | None]:
-            return await asyncio.to_thread(_send, plan, value) if blocking else _send(plan, value)
-
-        request, result = await step(None)
-        while request is not None:
-            request, result = await step(await self._aanswer(request, read_only))
-        assert result is not None
-        if not read_only:
-            self._notify(before, result.state)
-        return result
-
-    def _answer(self, request: _Request, read_only: bool) -> Any:
-        """A read-only call folds nothing and writes nothing: a fold is deferred, a write
-        declined."""
-        if isinstance(request, FoldRequest):
-            return FoldDeferred() if read_only else self._fold(request)
-        return DECLINED if read_only and request.writes else request.run()
-
-    async def _aanswer(self, request: _Request, read_only: bool) -> Any:
-        if isinstance(request, FoldRequest):
-            return FoldDeferred() if read_only else await self._afold(request)
-        return DECLINED if read_only and request.writes else await request.arun()
 
     def _notify(self, before: MemoryState, after: MemoryState) -> None:
         """The callbacks are the inner strategy's (Retrieval adds none of its own)."""
@@ -1047,7 +904,7 @@ class Retrieval(Strategy):
             j -= 1
         return render_turn(messages[j:start]) if j >= body_start else ""
 
-    def _write(self, ops: list[PutOp], key: MemoryKey) -> Generator[_Request, Any, bool]:
+    def _write(self, ops: list[PutOp], key: MemoryKey) -> Generator[Request, Any, bool]:
         """Ask for the writes of ``ops`` and their marks; whether they were written (a
         read-only call declines them). Written turns join this process's BM25 indexes."""
         if not ops:
