@@ -91,7 +91,7 @@ def readme_backticked_exports() -> set[str]:
     return {name for name in _BACKTICKED.findall(_readme()) if name in EXPECTED}
 
 
-def test_item7_all_is_exactly_the_expected_public_names() -> None:
+def test_issue12_item7_all_is_exactly_the_expected_public_names() -> None:
     assert tuple(langmem_ext.__all__) == EXPECTED, (
         "langmem_ext.__all__ changed: added "
         f"{sorted(set(langmem_ext.__all__) - set(EXPECTED))}, removed "
@@ -101,19 +101,19 @@ def test_item7_all_is_exactly_the_expected_public_names() -> None:
 
 
 @pytest.mark.parametrize("name", EXPECTED)
-def test_item7_every_expected_name_imports_from_the_package(name: str) -> None:
+def test_issue12_item7_every_expected_name_imports_from_the_package(name: str) -> None:
     namespace: dict[str, object] = {}
     exec(f"from langmem_ext import {name}", namespace)  # the statement users write
     assert namespace[name] is getattr(langmem_ext, name)
 
 
-def test_item7_star_import_gives_every_public_name() -> None:
+def test_issue12_item7_star_import_gives_every_public_name() -> None:
     namespace: dict[str, object] = {}
     exec("from langmem_ext import *", namespace)
     assert set(EXPECTED) <= set(namespace)
 
 
-def test_item7_readme_imports_from_the_package_are_public_names() -> None:
+def test_issue12_item7_readme_imports_from_the_package_are_public_names() -> None:
     """Every ``from langmem_ext import ...`` of the README names an exported name, so the
     quick-start code keeps working after modules move."""
     imported = readme_imports().get("langmem_ext", set())
@@ -123,7 +123,7 @@ def test_item7_readme_imports_from_the_package_are_public_names() -> None:
         assert getattr(langmem_ext, name) is not None
 
 
-def test_item7_readme_imports_from_submodules_still_resolve() -> None:
+def test_issue12_item7_readme_imports_from_submodules_still_resolve() -> None:
     """The README also imports a few names from submodules (``langmem_ext.compat``,
     ``langmem_ext.testing``, ``langmem_ext.embeddings``): those paths are public too."""
     submodules = {m: names for m, names in readme_imports().items() if m != "langmem_ext"}
@@ -134,7 +134,7 @@ def test_item7_readme_imports_from_submodules_still_resolve() -> None:
         assert not missing, f"README imports {missing} from {module}, which has no such name"
 
 
-def test_item7_names_the_readme_documents_in_backticks_are_exported() -> None:
+def test_issue12_item7_names_the_readme_documents_in_backticks_are_exported() -> None:
     """The strategies, surfaces and errors the README's prose names in backticks are all
     importable from the package (the list is checked not to shrink to nothing)."""
     documented = readme_backticked_exports()

@@ -55,7 +55,7 @@ class ProviderBusy(RuntimeError):
 # -- the fold outcome: a closed set ---------------------------------------------------------------
 
 
-def test_item12_fold_outcome_is_a_closed_set() -> None:
+def test_issue12_fold_outcome_is_a_closed_set() -> None:
     """Each outcome has its own type and transition; anything else is refused, not guessed at
     (a background fold adopted later would be one more case in ``health_after``)."""
     policy = RetryPolicy(degrade_after=2, retry_initial=2.0, retry_max=300.0)
@@ -74,7 +74,7 @@ def test_item12_fold_outcome_is_a_closed_set() -> None:
         health_after(MemoryState(), object(), 0.0, policy)  # type: ignore[arg-type]
 
 
-def test_item12_the_drivers_answer_with_the_outcome_types() -> None:
+def test_issue12_the_drivers_answer_with_the_outcome_types() -> None:
     """apply answers Folded / FoldFailed, view answers FoldDeferred: the plan sees which."""
     seen: list[type] = []
 
@@ -115,7 +115,7 @@ def test_item12_the_drivers_answer_with_the_outcome_types() -> None:
 # -- health: one transition ------------------------------------------------------------------------
 
 
-def test_item12_health_transition_backs_off_and_honours_retry_after() -> None:
+def test_issue12_health_transition_backs_off_and_honours_retry_after() -> None:
     policy = RetryPolicy(degrade_after=3, retry_initial=2.0, retry_max=10.0)
     state = MemoryState()
     waits = []
@@ -132,7 +132,7 @@ def test_item12_health_transition_backs_off_and_honours_retry_after() -> None:
     assert may_try_fold(MemoryState(), 0.0)
 
 
-def test_item12_plan_fold_uses_the_health_transition() -> None:
+def test_issue12_plan_fold_uses_the_health_transition() -> None:
     """The state a failing SummaryBuffer returns is the one ``health_after`` computes."""
 
     def model(_: object) -> str:
@@ -170,7 +170,7 @@ def _history(rng: random.Random, turns: int, with_ids: bool) -> list[BaseMessage
     return out
 
 
-def test_item12_rebase_after_removal_matches_the_graph_rewrite() -> None:
+def test_issue12_rebase_after_removal_matches_the_graph_rewrite() -> None:
     """``removals_for_rewrite`` (``removal_span`` + ``rebase_after_removal``) gives what
     ``graph.removals`` gives, for every strategy's state, so the surfaces can call the one
     rule."""
@@ -213,7 +213,7 @@ def test_item12_rebase_after_removal_matches_the_graph_rewrite() -> None:
     assert made["compared"] > 200 and made["removing"] > 20
 
 
-def test_item12_rebase_moves_every_position_with_the_removed_messages() -> None:
+def test_issue12_rebase_moves_every_position_with_the_removed_messages() -> None:
     """The rule by itself: positions move down, the folded part is gone, keys are re-anchored on
     the kept history, an index watermark inside the removed part becomes 0."""
     kept: list[BaseMessage] = [SystemMessage("s", id="s"), HumanMessage("q", id="q")]
@@ -250,7 +250,7 @@ def _functions(path: Path) -> list[tuple[str, int]]:
     ]
 
 
-def test_item12_no_function_in_the_core_over_80_lines() -> None:
+def test_issue12_no_function_in_the_core_over_80_lines() -> None:
     long = [
         (name, path, lines)
         for path in CORE
@@ -260,12 +260,12 @@ def test_item12_no_function_in_the_core_over_80_lines() -> None:
     assert long == []
 
 
-def test_item12_leads_is_defined_once() -> None:
+def test_issue12_leads_is_defined_once() -> None:
     defined = [path for path in CORE for name, _ in _functions(PACKAGE / path) if name == "leads"]
     assert defined == ["plan.py"]
 
 
-def test_item12_fold_config_shares_the_view_limits_with_cut_config() -> None:
+def test_issue12_fold_config_shares_the_view_limits_with_cut_config() -> None:
     shared = {f.name for f in fields(ViewLimits)}
     assert shared == {"reserve_tokens", "safety_margin", "min_messages", "start_on", "keep_system"}
     assert issubclass(CutConfig, ViewLimits) and issubclass(FoldConfig, ViewLimits)
@@ -308,12 +308,12 @@ SIGNATURES = {
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
-def test_item12_strategy_signatures_are_unchanged(name: str) -> None:
+def test_issue12_strategy_signatures_are_unchanged(name: str) -> None:
     cls = getattr(strategies_module, name)
     assert str(inspect.signature(cls.__init__)).replace("(self, ", "(") == SIGNATURES[name]
 
 
-def test_item12_strategies_docstrings_are_current_and_shared_args_documented_once() -> None:
+def test_issue12_strategies_docstrings_are_current_and_shared_args_documented_once() -> None:
     module_doc = strategies_module.__doc__ or ""
     assert "trimming strategies:" not in module_doc.lower()
     assert "SummaryBuffer" in module_doc and "TokenBudget" in module_doc
