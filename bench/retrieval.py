@@ -10,14 +10,14 @@ questions with CRI's message-level ground truth); B. seeded synthetic conversati
 messages with facts planted at depths 10-800 and paraphrased questions. Every question is asked
 after the last message; its evidence is a set of message ids.
 
-A *turn* is what :class:`~langmem_ext.retrieval.Retrieval` stores: a human message and every
-message after it up to the next human message, rendered with ``render_turn``. A turn is relevant
-when it holds an evidence message.
+A *turn* is what :class:`~langmem_ext.strategies.retrieval.Retrieval` stores: a human message and
+every message after it up to the next human message, rendered with ``render_turn``. A turn is
+relevant when it holds an evidence message.
 
 Sections:
 
-1. **Recall@k** (a reference pipeline on ``langmem_ext.ranking`` and an ``InMemoryStore`` with a
-   MiniLM index, independent of ``Retrieval``): the inner view is ``TokenBudget(budget)`` with
+1. **Recall@k** (a reference pipeline on ``langmem_ext.core.ranking`` and an ``InMemoryStore`` with
+   a MiniLM index, independent of ``Retrieval``): the inner view is ``TokenBudget(budget)`` with
    the context budget held back, exactly as ``Retrieval`` calls it; candidates are the evicted
    turns; dense = the store's cosine ranking, BM25 = ``BM25Index`` over the evicted turns, hybrid
    = reciprocal rank fusion (k=60) of the two (each ``candidates`` deep). Recall@k = share of a
@@ -67,7 +67,7 @@ from bench.retrieval_data import (
     load_cri_facts,
     planted_conversations,
 )
-from langmem_ext.retrieval import DENSE_WEIGHT, RRF_K
+from langmem_ext.strategies.retrieval import DENSE_WEIGHT, RRF_K
 
 __all__ = [
     "FULL",
@@ -183,7 +183,7 @@ class Turn:
 
 def turns_of(messages: Sequence[BaseMessage]) -> list[Turn]:
     """Retrieval's unit: a human message and what follows it up to the next human message."""
-    from langmem_ext.retrieval import render_turn
+    from langmem_ext.strategies.retrieval import render_turn
 
     groups: list[list[BaseMessage]] = []
     for m in messages:
@@ -245,7 +245,7 @@ def _recall_conversation(
 ) -> list[dict[str, Any]]:
     """One row per question: its evicted relevant turns and what each ranking finds."""
     from langmem_ext import TokenBudget
-    from langmem_ext.ranking import BM25Index, reciprocal_rank_fusion
+    from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion
 
     messages = list(conversation.messages)
     turns = turns_of(messages)
@@ -401,7 +401,7 @@ def _strategy(
 ) -> Any:
     from bench.growth import RandomWordsSummarizer
     from langmem_ext import SummaryBuffer, TokenBudget
-    from langmem_ext.keys import MemoryKey
+    from langmem_ext.core.keys import MemoryKey
 
     if spec.inner == "Summary":
         inner: Any = SummaryBuffer(
@@ -414,7 +414,7 @@ def _strategy(
         inner = TokenBudget(config.budget, counter=counter)
     if spec.ranking is None:
         return inner
-    from langmem_ext.retrieval import Retrieval
+    from langmem_ext.strategies.retrieval import Retrieval
 
     return Retrieval(
         inner,
@@ -434,7 +434,7 @@ def _e2e_conversation(
     counter: Any,
     embeddings: CachedEmbeddings,
 ) -> list[dict[str, Any]]:
-    from langmem_ext.retrieval import RETRIEVED_ID
+    from langmem_ext.strategies.retrieval import RETRIEVED_ID
 
     strategy = _strategy(spec, config, counter, embeddings)
     messages = list(conversation.messages)
@@ -553,7 +553,7 @@ def _latency(
     embeddings: CachedEmbeddings,
     model: Embeddings,
 ) -> dict[str, Any]:
-    from langmem_ext.ranking import BM25Index, reciprocal_rank_fusion
+    from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion
 
     out: dict[str, Any] = {"sizes": {}}
     timed = embeddings.uncached()  # queries embedded afresh, documents from the cache
@@ -634,7 +634,7 @@ def run_retrieval(
     """Sections 1-4 under ``config``; returns the results (JSON-ready, targets evaluated)."""
     seed_tiktoken()
     from langmem_ext import TiktokenCounter
-    from langmem_ext.embeddings import LocalMiniLMEmbeddings
+    from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
 
     started = time.perf_counter()
     load_at_start = load_average()
@@ -1049,7 +1049,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += [
         "## Recall@k over the evicted turns (reference pipeline)",
         "",
-        f"`langmem_ext.ranking` + `InMemoryStore` with the MiniLM index, independent of "
+        f"`langmem_ext.core.ranking` + `InMemoryStore` with the MiniLM index, independent of "
         f"`Retrieval`; candidates = the turns outside `TokenBudget({budget:,})` with "
         f"{context} held back; each ranking {cfg['candidates']} deep before fusion (hybrid: "
         f"RRF k={cfg['rrf_k']}, dense weight {cfg['dense_weight']:g}, as in `Retrieval`). "

@@ -39,7 +39,9 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langmem_ext import ApproximateCounter, MemoryState, SummaryBuffer
-from langmem_ext.agents import MemoryMiddleware  # also `from langmem_ext import MemoryMiddleware`
+from langmem_ext.integrations.agents import (
+    MemoryMiddleware,  # also `from langmem_ext import MemoryMiddleware`
+)
 
 QUESTIONS = [
     "Where is order {n}? It was supposed to arrive last week.",

@@ -4,7 +4,19 @@ Strategies decide, before the model runs, which messages it sees: they trim, cli
 retrieve so that every request is valid for the provider and within budget.
 """
 
-from langmem_ext.engine import Strategy
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.messages import Finding, Unit, is_valid, repair, split_units, validate
+from langmem_ext.core.result import MemoryReport, MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.tokens import (
+    ApproximateCounter,
+    CachedCounter,
+    CallableCounter,
+    ChatModelCounter,
+    TiktokenCounter,
+    TokenCounter,
+    as_counter,
+)
 from langmem_ext.errors import (
     ContextOverflowError,
     GraphSchemaError,
@@ -16,35 +28,23 @@ from langmem_ext.errors import (
     SummarizerError,
     TokenizerUnavailableError,
 )
-from langmem_ext.graph import (
+from langmem_ext.integrations.graph import (
     GraphSchemaWarning,
     MemoryAgentState,
     MemoryMessagesState,
     MemoryNode,
 )
-from langmem_ext.history import ManagedChatMessageHistory
-from langmem_ext.keys import MemoryKey
-from langmem_ext.messages import Finding, Unit, is_valid, repair, split_units, validate
-from langmem_ext.result import MemoryReport, MemoryResult
-from langmem_ext.retrieval import Retrieval, RetrievalConfig
-from langmem_ext.state import MemoryState
-from langmem_ext.strategies import (
+from langmem_ext.integrations.history import ManagedChatMessageHistory
+from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.presets import (
     Compacting,
     SlidingWindow,
     SummaryBuffer,
     TieredSummary,
     TokenBudget,
 )
-from langmem_ext.summarize import Summarizer
-from langmem_ext.tokens import (
-    ApproximateCounter,
-    CachedCounter,
-    CallableCounter,
-    ChatModelCounter,
-    TiktokenCounter,
-    TokenCounter,
-    as_counter,
-)
+from langmem_ext.strategies.retrieval import Retrieval, RetrievalConfig
+from langmem_ext.strategies.summarize import Summarizer
 
 __version__ = "0.1.0"
 
@@ -61,6 +61,7 @@ __all__ = [
     "InvalidHistoryError",
     "InvalidStateError",
     "LangmemExtError",
+    "LocalMiniLMEmbeddings",
     "ManagedChatMessageHistory",
     "MemoryAgentState",
     "MemoryBudgetExceeded",
@@ -98,11 +99,16 @@ def __getattr__(name: str) -> object:
     # MemoryMiddleware needs the optional `langchain` package: import it only when asked for
     if name == "MemoryMiddleware":
         try:
-            from langmem_ext.agents import MemoryMiddleware
+            from langmem_ext.integrations.agents import MemoryMiddleware
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
                 "MemoryMiddleware needs the 'langchain' package (create_agent's middleware): "
                 "pip install 'langmem-ext[agents]'"
             ) from exc
         return MemoryMiddleware
+    if name == "LocalMiniLMEmbeddings":
+        # needs the optional `embeddings` extra (onnxruntime, tokenizers): imported when asked for
+        from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+
+        return LocalMiniLMEmbeddings
     raise AttributeError(f"module 'langmem_ext' has no attribute {name!r}")

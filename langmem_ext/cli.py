@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from langmem_ext.core.messages import validate
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.tokens import TokenCounter, as_counter
 from langmem_ext.errors import ContextOverflowError, LangmemExtError
-from langmem_ext.messages import validate
-from langmem_ext.result import MemoryResult
-from langmem_ext.strategies import SlidingWindow, TokenBudget
+from langmem_ext.strategies.presets import SlidingWindow, TokenBudget
 from langmem_ext.testing import agent_loop
-from langmem_ext.tokens import TokenCounter, as_counter
 
 __all__ = ["main"]
 

@@ -17,9 +17,9 @@ from the builtin a caller would naturally catch, so ``except ValueError`` keeps 
     ├── EmbeddingDependencyError (ImportError) a runtime package of the local embedder is missing
     └── EmbeddingModelNotFoundError (FileNotFoundError) its model files are nowhere to be found
 
-The modules that raise them re-export them under their old names (``langmem_ext.keys.
-MissingKeyError``, ``langmem_ext.summarize.SummarizerError`` ...), so existing imports keep
-working; ``from langmem_ext import ...`` is the public way.
+The modules that raise them re-export them under their old names (``langmem_ext.core.keys.
+MissingKeyError``, ``langmem_ext.strategies.summarize.SummarizerError`` ...), so existing imports
+keep working; ``from langmem_ext import ...`` is the public way.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class TokenizerUnavailableError(LangmemExtError, RuntimeError):
 
 
 class InvalidStateError(LangmemExtError, ValueError):
-    """A :class:`~langmem_ext.state.MemoryState` (or the dict it is read from) is not valid.
+    """A :class:`~langmem_ext.core.state.MemoryState` (or the dict it is read from) is not valid.
 
     Raised instead of reading a corrupted or foreign state silently: a wrong guess could fold,
     drop or re-summarize the wrong messages. ``field`` names the offending field (``None`` when

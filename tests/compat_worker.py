@@ -235,7 +235,7 @@ def run(
 ) -> dict[str, Any]:
     """Turns ``start..stop`` of ``script(seed, stop)`` through a fresh memory object."""
     from langmem_ext.compat import HAS_CLASSIC, ConversationSummaryBufferMemory
-    from langmem_ext.keys import MemoryKey
+    from langmem_ext.core.keys import MemoryKey
 
     key = MemoryKey("t", "u", session) if session else None
     memory = ConversationSummaryBufferMemory(

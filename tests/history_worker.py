@@ -53,8 +53,8 @@ from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa:
 from langgraph.store.base import BaseStore  # noqa: E402
 
 from langmem_ext import SummaryBuffer  # noqa: E402
-from langmem_ext.history import ManagedChatMessageHistory  # noqa: E402
-from langmem_ext.keys import MemoryKey  # noqa: E402
+from langmem_ext.core.keys import MemoryKey  # noqa: E402
+from langmem_ext.integrations.history import ManagedChatMessageHistory  # noqa: E402
 
 MAX_TOKENS = 700
 MAX_SUMMARY_TOKENS = 100

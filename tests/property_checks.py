@@ -29,8 +29,8 @@ from property_harness import (
 )
 
 from langmem_ext import Unit, split_units, validate
-from langmem_ext._identity import key_at
-from langmem_ext.fold import render_summary
+from langmem_ext.core._identity import key_at
+from langmem_ext.core.fold import render_summary
 
 # --------------------------------------------------------------------------------------------
 # reading a view

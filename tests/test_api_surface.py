@@ -32,6 +32,7 @@ EXPECTED = (
     "InvalidHistoryError",
     "InvalidStateError",
     "LangmemExtError",
+    "LocalMiniLMEmbeddings",
     "ManagedChatMessageHistory",
     "MemoryAgentState",
     "MemoryBudgetExceeded",
@@ -125,7 +126,7 @@ def test_issue12_item7_readme_imports_from_the_package_are_public_names() -> Non
 
 def test_issue12_item7_readme_imports_from_submodules_still_resolve() -> None:
     """The README also imports a few names from submodules (``langmem_ext.compat``,
-    ``langmem_ext.testing``, ``langmem_ext.embeddings``): those paths are public too."""
+    ``langmem_ext.testing``): those paths are public too."""
     submodules = {m: names for m, names in readme_imports().items() if m != "langmem_ext"}
     assert submodules, "no `from langmem_ext.<module> import ...` line found in README.md"
     for module, names in sorted(submodules.items()):

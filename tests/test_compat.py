@@ -62,8 +62,8 @@ from langmem_ext.compat import (
     SummaryBufferState,
     UnpersistedSummaryWarning,
 )
-from langmem_ext.keys import MemoryKey
-from langmem_ext.tokens import ApproximateCounter
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.tokens import ApproximateCounter
 
 classic = pytest.importorskip("langchain_classic")
 from langchain_classic.base_memory import BaseMemory  # noqa: E402

@@ -12,7 +12,7 @@ import langmem_ext
 
 MODULES = sorted(
     info.name
-    for info in pkgutil.iter_modules(langmem_ext.__path__, prefix="langmem_ext.")
+    for info in pkgutil.walk_packages(langmem_ext.__path__, prefix="langmem_ext.")
     if info.name != "langmem_ext.__main__"
 )
 

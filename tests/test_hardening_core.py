@@ -43,10 +43,10 @@ from langmem_ext import (
     split_units,
     validate,
 )
+from langmem_ext.core.messages import as_standard, is_human, is_system, role_of
+from langmem_ext.core.state import STATE_VERSION
+from langmem_ext.core.tokens import tiktoken_encoding_for
 from langmem_ext.errors import InvalidHistoryError, InvalidStateError
-from langmem_ext.messages import as_standard, is_human, is_system, role_of
-from langmem_ext.state import STATE_VERSION
-from langmem_ext.tokens import tiktoken_encoding_for
 from tests.strategies_hyp import malformed_histories
 
 # ============================================================================================

@@ -53,7 +53,7 @@ from langmem_ext import (
     TokenBudget,
     validate,
 )
-from langmem_ext.engine import Strategy
+from langmem_ext.strategies.engine import Strategy
 
 REPEATED = ("continue", "Sure.", "ok", "go on", "Sure.")
 

@@ -50,8 +50,8 @@ from langgraph.store.base import Op, Result
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import InvalidHistoryError, SummaryBuffer
-from langmem_ext.history import ManagedChatMessageHistory
-from langmem_ext.keys import MemoryKey, MissingKeyError
+from langmem_ext.core.keys import MemoryKey, MissingKeyError
+from langmem_ext.integrations.history import ManagedChatMessageHistory
 
 WORKER = Path(__file__).resolve().parent / "history_worker.py"
 RUN = uuid.uuid4().hex[:10]
@@ -550,7 +550,7 @@ def test_item2_history_prunes_repeated_id_less_texts_without_loss(use_async: boo
 def test_item2_rebased_state_is_anchored_to_the_shorter_history() -> None:
     """After pruning an id-less history, the stored ``seen_key``/``cut_key`` are the keys of
     the pruned history, so the next write extends it instead of recounting it as rewritten."""
-    from langmem_ext._identity import key_at
+    from langmem_ext.core._identity import key_at
 
     backing = InMemoryChatMessageHistory()
     backing.add_messages(_repeated_script(30))
@@ -573,7 +573,7 @@ def test_item2_rebased_state_is_anchored_to_the_shorter_history() -> None:
 
 
 def test_item3_lock_is_shared_by_objects_on_the_same_store_and_key() -> None:
-    from langmem_ext import history as module
+    from langmem_ext.integrations import history as module
 
     store = InMemoryStore()
     one = ManagedChatMessageHistory(

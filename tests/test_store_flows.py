@@ -1,5 +1,5 @@
 """Issue 12, items 1 and 5 for the chat-history surface and the legacy class: each operation is
-one flow of I/O steps run by a sync and an async driver (``langmem_ext._store.run`` /
+one flow of I/O steps run by a sync and an async driver (``langmem_ext.integrations._store.run`` /
 ``arun``), and their state lives behind one ``StateStore`` adapter (namespace, serialization,
 sync-only store fallback)."""
 
@@ -18,11 +18,11 @@ from history_worker import key_for, make_strategy, message_id, turn
 from langchain_core.chat_history import InMemoryChatMessageHistory
 from langgraph.store.memory import InMemoryStore
 
-from langmem_ext import _store
 from langmem_ext.compat import ConversationSummaryBufferMemory, SummaryBufferState
-from langmem_ext.history import ManagedChatMessageHistory
-from langmem_ext.keys import MemoryKey
-from langmem_ext.state import MemoryState
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.state import MemoryState
+from langmem_ext.integrations import _store
+from langmem_ext.integrations.history import ManagedChatMessageHistory
 
 NAMESPACE = ("t", "u", "s", "kind")
 

@@ -43,7 +43,7 @@ from langmem_ext import (
     SummaryBuffer,
     TieredSummary,
 )
-from langmem_ext.engine import Strategy
+from langmem_ext.strategies.engine import Strategy
 
 __all__ = ["llm_server", "llm_server_b"]  # fixtures, re-exported so pytest finds them
 

@@ -1,8 +1,8 @@
-"""The state rules: every transition of a :class:`~langmem_ext.state.MemoryState` that is not
+"""The state rules: every transition of a :class:`~langmem_ext.core.state.MemoryState` that is not
 plain bookkeeping of one plan, in one place.
 
 * **The fold outcome** is a closed set: :class:`Folded`, :class:`FoldFailed`,
-  :class:`FoldDeferred`. A driver answers a :class:`~langmem_ext.fold.FoldRequest` with exactly
+  :class:`FoldDeferred`. A driver answers a :class:`~langmem_ext.core.fold.FoldRequest` with exactly
   one of them, and :func:`health_after` / the fold plan handle each case explicitly (``mypy``
   checks the match is exhaustive). A background fold whose result is adopted on a later turn
   would be one more case here (e.g. ``FoldAdopted(sections, boundary_key)``), not a new path.
@@ -30,10 +30,10 @@ from typing import TypeAlias
 from langchain_core.messages import BaseMessage
 from typing_extensions import assert_never
 
-from langmem_ext._identity import KeyChain
-from langmem_ext.messages import is_system
-from langmem_ext.state import MemoryState
-from langmem_ext.tokens import TokenCounter
+from langmem_ext.core._identity import KeyChain
+from langmem_ext.core.messages import is_system
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.tokens import TokenCounter
 
 __all__ = [
     "FoldDeferred",

@@ -5,7 +5,7 @@ grow with the length of a prefix (a counter that does not is only approximately 
 the search is a binary search: O(log length) counts, never one count per character.
 
 The clipping of whole messages (which block of a message holds its text, the marker appended)
-lives in :mod:`langmem_ext.messages`; this module knows nothing of messages.
+lives in :mod:`langmem_ext.core.messages`; this module knows nothing of messages.
 """
 
 from __future__ import annotations

@@ -50,11 +50,11 @@ from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableLambda
 
-from langmem_ext._fences import neutralize
-from langmem_ext._text import clip_text, longest_prefix_within
-from langmem_ext._transcript import render_message, render_transcript
+from langmem_ext.core._fences import neutralize
+from langmem_ext.core._text import clip_text, longest_prefix_within
+from langmem_ext.core._transcript import render_message, render_transcript
+from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
 from langmem_ext.errors import SummarizerError
-from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
 
 __all__ = [
     "DEFAULT_TIMEOUT",

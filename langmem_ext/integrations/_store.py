@@ -4,15 +4,15 @@
 history, the legacy memory) keeps it as one item of a LangGraph ``BaseStore``:
 :class:`StateStore` is that item, a namespace, an item key and the state's serialization
 (``to_dict`` / a ``decode`` function; :data:`memory_state` for a
-:class:`~langmem_ext.state.MemoryState`). Items are written with ``index=False``: a state is
+:class:`~langmem_ext.core.state.MemoryState`). Items are written with ``index=False``: a state is
 never a document to embed. A sync-only store (``SqliteStore`` has no async API) can be used from
 async code: with ``sync_fallback=True`` the async methods run its sync ones in a worker thread,
 so the event loop never blocks.
 
 **Flows.** An operation of a surface (append → apply → save → prune, or the legacy prune) is
 written once, as a generator that yields I/O steps and receives their results, like httpx's
-``auth_flow`` and :meth:`Summarizer.steps <langmem_ext.summarize.Summarizer.steps>`. Two thin
-drivers perform the steps: :func:`run` with blocking calls, :func:`arun` by awaiting. A step
+``auth_flow`` and :meth:`Summarizer.steps <langmem_ext.strategies.summarize.Summarizer.steps>`. Two
+thin drivers perform the steps: :func:`run` with blocking calls, :func:`arun` by awaiting. A step
 that raises has its exception thrown back into the flow at the ``yield``, so the flow handles
 errors with a plain ``try``. The steps:
 
@@ -35,7 +35,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from langgraph.store.base import BaseStore
 
-from langmem_ext.state import MemoryState
+from langmem_ext.core.state import MemoryState
 
 __all__ = [
     "Flow",
@@ -64,7 +64,7 @@ S = TypeVar("S", bound=Serializable)
 
 
 def memory_state(data: Mapping[str, Any]) -> MemoryState:
-    """The ``decode`` of a :class:`~langmem_ext.state.MemoryState` (validated, versioned)."""
+    """The ``decode`` of a :class:`~langmem_ext.core.state.MemoryState` (validated, versioned)."""
     return MemoryState.from_dict(data)
 
 

@@ -350,7 +350,7 @@ def _locate(what: str, explicit: Path | None, sources: Sequence[tuple[str, str]]
 
 def _bundled() -> Path:
     """The tokenizer.json shipped in this package (gzip); its absence means a broken install."""
-    path = Path(__file__).with_name("_data") / _BUNDLED_TOKENIZER
+    path = Path(__file__).parent.parent / "_data" / _BUNDLED_TOKENIZER
     if not path.is_file():
         raise EmbeddingModelNotFoundError(
             f"the tokenizer file {path} that ships with langmem-ext is missing (a partial "

@@ -1,7 +1,7 @@
 """A checkpoint-aware LangGraph node: memory that lives in the graph's own state.
 
 ``MemoryNode(strategy)`` runs a strategy on the graph's messages before the model node. Its
-:class:`~langmem_ext.state.MemoryState` is written to the graph state (``state_key``), so the
+:class:`~langmem_ext.core.state.MemoryState` is written to the graph state (``state_key``), so the
 checkpointer persists it, a restart resumes it, time travel rewinds it and threads never share it.
 It works as ``pre_model_hook`` of ``create_react_agent`` and as an explicit node in a
 ``StateGraph``; it is a Runnable with both ``invoke`` and ``ainvoke``.
@@ -43,15 +43,15 @@ from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 from typing_extensions import NotRequired, TypedDict
 
-from langmem_ext._state import removals_for_rewrite
-from langmem_ext.engine import Strategy
+from langmem_ext.core._state import removals_for_rewrite
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.errors import (
     GraphSchemaError,  # re-exported here
 )
-from langmem_ext.keys import MemoryKey
-from langmem_ext.result import MemoryResult
-from langmem_ext.state import MemoryState
-from langmem_ext.tokens import TokenCounter
+from langmem_ext.strategies.engine import Strategy
 
 try:  # the key under which LangGraph gives a running node a reader of the graph's channels
     from langgraph._internal._constants import CONFIG_KEY_READ
@@ -278,5 +278,5 @@ def removals(
 ) -> tuple[list[str], MemoryState]:
     """Rewrite mode: the ids to remove from the graph state, and the memory state as it will be
     once they are gone. The rule lives with the other state rules
-    (:func:`langmem_ext._state.removals_for_rewrite`); this name is kept for callers."""
+    (:func:`langmem_ext.core._state.removals_for_rewrite`); this name is kept for callers."""
     return removals_for_rewrite(messages, state, counter)

@@ -3,10 +3,10 @@
 ``plan_fold(messages, state, config, counter, now)`` is a generator. It yields at most one
 :class:`FoldRequest` (the previous summary and the oldest messages to fold) and receives a
 :data:`FoldOutcome`, one of a closed set (``Folded`` / ``FoldFailed`` / ``FoldDeferred``, see
-:mod:`langmem_ext._state`, which also holds the health transition); it returns the
-:class:`~langmem_ext.result.MemoryResult`. The drivers in :mod:`langmem_ext.engine` fulfil the
-request with the summarizer, sync or async. The plan itself does no I/O and reads no clock:
-``now`` is passed in.
+:mod:`langmem_ext.core._state`, which also holds the health transition); it returns the
+:class:`~langmem_ext.core.result.MemoryResult`. The drivers in :mod:`langmem_ext.strategies.engine`
+fulfil the request with the summarizer, sync or async. The plan itself does no I/O and reads no
+clock: ``now`` is passed in.
 
 The rules it keeps:
 
@@ -35,9 +35,9 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from langmem_ext._fences import neutralize
-from langmem_ext._identity import KeyChain, digest
-from langmem_ext._state import (
+from langmem_ext.core._fences import neutralize
+from langmem_ext.core._identity import KeyChain, digest
+from langmem_ext.core._state import (
     Folded,
     FoldOutcome,
     RetryPolicy,
@@ -45,9 +45,8 @@ from langmem_ext._state import (
     may_try_fold,
     settled,
 )
-from langmem_ext._text import longest_prefix_within
-from langmem_ext.errors import ContextOverflowError, MemoryBudgetExceeded
-from langmem_ext.messages import (
+from langmem_ext.core._text import longest_prefix_within
+from langmem_ext.core.messages import (
     Unit,
     as_standard,
     clip_chars,
@@ -55,7 +54,7 @@ from langmem_ext.messages import (
     is_system,
     iter_units_reverse,
 )
-from langmem_ext.plan import (
+from langmem_ext.core.plan import (
     CutConfig,
     Selection,
     ViewLimits,
@@ -65,9 +64,10 @@ from langmem_ext.plan import (
     running_total,
     select_view,
 )
-from langmem_ext.result import MemoryReport, MemoryResult
-from langmem_ext.state import Health, MemoryState
-from langmem_ext.tokens import TokenCounter
+from langmem_ext.core.result import MemoryReport, MemoryResult
+from langmem_ext.core.state import Health, MemoryState
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.errors import ContextOverflowError, MemoryBudgetExceeded
 
 __all__ = [
     "FoldConfig",
@@ -100,8 +100,8 @@ class FoldRequest:
 class FoldConfig(ViewLimits):
     """The knobs of the fold stage (the strategies fill them in; see strategies.py). The view's
     limits (reserve, safety margin, ``min_messages``, ``start_on``, ``keep_system``) are
-    :class:`~langmem_ext.plan.ViewLimits`, shared with the cutting stage's
-    :class:`~langmem_ext.plan.CutConfig`."""
+    :class:`~langmem_ext.core.plan.ViewLimits`, shared with the cutting stage's
+    :class:`~langmem_ext.core.plan.CutConfig`."""
 
     max_tokens: int
     trigger_tokens: int
@@ -156,7 +156,7 @@ class FoldConfig(ViewLimits):
 
     @property
     def retry_policy(self) -> RetryPolicy:
-        """When a failing summarizer is tried again (see :mod:`langmem_ext._state`)."""
+        """When a failing summarizer is tried again (see :mod:`langmem_ext.core._state`)."""
         return RetryPolicy(self.degrade_after, self.retry_initial, self.retry_max)
 
     def cut(self, **changes: Any) -> CutConfig:
@@ -199,7 +199,7 @@ def _boundary(
 ) -> tuple[int, bool]:
     """Index of the first unfolded message, and whether it had to be searched for.
 
-    Keys are position-safe (:func:`~langmem_ext._identity.key_at`): an id-less "Sure." is found
+    Keys are position-safe (:func:`~langmem_ext.core._identity.key_at`): an id-less "Sure." is found
     again only after the same history, never as another "Sure." further on."""
     if state.folded <= 0 or state.folded_key is None:
         return body_start, False
@@ -472,9 +472,9 @@ def plan_fold(
 
     The phases: where the history stands (:meth:`_Turn.begin`); is it over the trigger, and does
     the TieredSummary clip point move (:meth:`_Turn.move_clip_point`); the fold, if the
-    summarizer may be tried (:func:`~langmem_ext._state.may_try_fold`), and the health after its
-    outcome (:func:`~langmem_ext._state.health_after`); the view, with the not-shown note and the
-    overflow policy (:func:`_final_view`); the state and report (:func:`_fold_result`)."""
+    summarizer may be tried (:func:`~langmem_ext.core._state.may_try_fold`), and the health after
+    its outcome (:func:`~langmem_ext.core._state.health_after`); the view, with the not-shown note
+    and the overflow policy (:func:`_final_view`); the state and report (:func:`_fold_result`)."""
     turn = _Turn.begin(messages, state, config, counter)
     clip_moved, over = turn.move_clip_point(state.view_tokens, turn.over_trigger())
     after, folded_now = state, 0

@@ -7,8 +7,8 @@
 2. every turn of the conversation that left the inner view is written once to a LangGraph
    ``BaseStore`` under the memory key's namespace ``("langmem_ext", "turns", tenant, user,
    thread)``. The item key is the position-safe key of the turn's first message
-   (:func:`~langmem_ext._identity.key_at`: its id, or for a message without one a digest chained
-   over the history before it), so two turns that both say "continue" are two items, and
+   (:func:`~langmem_ext.core._identity.key_at`: its id, or for a message without one a digest
+   chained over the history before it), so two turns that both say "continue" are two items, and
    writing the same turn again is idempotent;
 3. the newest human message (plus, with ``query_messages=n``, the ``n`` messages before it) is the
    query: the store's dense index, an in-process BM25 index, and any knowledge ``sources`` are
@@ -18,15 +18,15 @@
    placed just before the newest human message (late, so the cached prompt prefix stays the
    same), within ``max_retrieved_tokens``. Turns are stored as text: a tool call and its results
    come back together, as part of their turn, or not at all. Retrieved text is fenced and
-   neutralised (:func:`~langmem_ext._fences.neutralize`): it cannot close the context message or a
-   ``<turn>`` / ``<passage>`` block, whatever its spacing or attributes.
+   neutralised (:func:`~langmem_ext.core._fences.neutralize`): it cannot close the context message
+   or a ``<turn>`` / ``<passage>`` block, whatever its spacing or attributes.
 
 ``scope="thread"`` searches the current thread only; ``scope="user"`` all of the user's threads.
 Tenants never mix: their namespaces share no prefix beyond ``("langmem_ext", "turns")``. Memory
 kept in a store outlives the graph state and is shared by whoever presents the same key, so
 Retrieval fails closed: it refuses to run when the part of the key its scope needs (the thread,
 or the user) was not given and fell back to ``"default"``, unless ``shared_default=True`` says a
-shared memory is intended (:class:`~langmem_ext.keys.MissingKeyError`).
+shared memory is intended (:class:`~langmem_ext.core.keys.MissingKeyError`).
 
 Workers. Several processes (or several ``Retrieval`` objects) may serve one thread or one user.
 The BM25 index lives in each process, so every indexing write also leaves a *mark* in the store
@@ -48,7 +48,7 @@ fulfil: the turn writes (a read-only view declines them, as it defers a fold), t
 search and the knowledge sources together (concurrently under ``aapply``). The store I/O inside
 a request is itself a sans-I/O generator of ``BaseStore`` operations, driven by ``batch`` or by
 ``abatch``. ``apply`` / ``aapply`` / ``view`` / ``aview`` are the engine's own: its sync and async
-drivers run this plan like any other (:class:`~langmem_ext.engine.IoRequest`).
+drivers run this plan like any other (:class:`~langmem_ext.strategies.engine.IoRequest`).
 """
 
 from __future__ import annotations
@@ -71,14 +71,14 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, SearchOp
 
-from langmem_ext._fences import neutralize
-from langmem_ext._identity import fingerprint, key_at, keys_between
-from langmem_ext.engine import DECLINED, IoRequest, Plan, Request, Strategy
-from langmem_ext.keys import MemoryKey
-from langmem_ext.messages import is_system
-from langmem_ext.ranking import BM25Index, reciprocal_rank_fusion
-from langmem_ext.result import MemoryResult
-from langmem_ext.state import MemoryState
+from langmem_ext.core._fences import neutralize
+from langmem_ext.core._identity import fingerprint, key_at, keys_between
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.messages import is_system
+from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.strategies.engine import DECLINED, IoRequest, Plan, Request, Strategy
 
 __all__ = [
     "DENSE_WEIGHT",

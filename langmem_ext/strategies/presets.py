@@ -1,10 +1,11 @@
 """The strategies users construct: presets of the two pure plans.
 
 * Trimming: :class:`TokenBudget` and :class:`SlidingWindow` configure the cutting plan
-  (:func:`langmem_ext.plan.plan_cut`, a :class:`~langmem_ext.plan.CutConfig`).
+  (:func:`langmem_ext.core.plan.plan_cut`, a :class:`~langmem_ext.core.plan.CutConfig`).
 * Summarizing: :class:`SummaryBuffer`, :class:`Compacting` and :class:`TieredSummary` configure
-  the fold plan (:func:`langmem_ext.fold.plan_fold`, a :class:`~langmem_ext.fold.FoldConfig`);
-  they differ only in how their parameters set the trigger, the target and the clip tier.
+  the fold plan (:func:`langmem_ext.core.fold.plan_fold`, a
+  :class:`~langmem_ext.core.fold.FoldConfig`); they differ only in how their parameters set the
+  trigger, the target and the clip tier.
 
 The summarizing constructors keep explicit keyword signatures (for type checkers, IDEs and
 ``help()``); the parameters they share are documented once (``_SUMMARIZING_ARGS_DOC``, appended
@@ -20,12 +21,12 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from langmem_ext.engine import HealthCallback, Plan, Strategy, SummaryCallback, finished
-from langmem_ext.fold import FoldConfig, Placement, SummaryOverflow, plan_fold
-from langmem_ext.plan import CutConfig, Overflow, StartOn, ViewLimits, plan_cut, require_int
-from langmem_ext.state import MemoryState
-from langmem_ext.summarize import Summarizer, SummarizerLike
-from langmem_ext.tokens import CounterLike, TokenCounter, as_counter
+from langmem_ext.core.fold import FoldConfig, Placement, SummaryOverflow, plan_fold
+from langmem_ext.core.plan import CutConfig, Overflow, StartOn, ViewLimits, plan_cut, require_int
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
+from langmem_ext.strategies.engine import HealthCallback, Plan, Strategy, SummaryCallback, finished
+from langmem_ext.strategies.summarize import Summarizer, SummarizerLike
 
 __all__ = ["Compacting", "SlidingWindow", "SummaryBuffer", "TieredSummary", "TokenBudget"]
 
@@ -75,9 +76,9 @@ class TokenBudget(_Trimming):
     Args:
         max_tokens: what the whole request may cost: system message, kept messages, the counter's
             per-request overhead and ``reserve_tokens``.
-        counter: a :class:`~langmem_ext.tokens.TokenCounter`, a chat model, a callable
+        counter: a :class:`~langmem_ext.core.tokens.TokenCounter`, a chat model, a callable
             ``(BaseMessage) -> int``, a model or tiktoken encoding name, or ``"approximate"``
-            (the default: :class:`~langmem_ext.tokens.ApproximateCounter`).
+            (the default: :class:`~langmem_ext.core.tokens.ApproximateCounter`).
         safety_margin: fraction of ``max_tokens`` held back for counter error (0.1 = 10%).
         reserve_tokens: room held back for tool schemas and the model's output.
         min_messages: the view holds at least this many messages (whole units); if they cannot
@@ -263,7 +264,7 @@ class _Summarizing(Strategy):
 
 _SUMMARIZING_ARGS_DOC = """
     Shared arguments (every summarizing strategy):
-        summarizer: a :class:`~langmem_ext.summarize.Summarizer`, or a chat model /
+        summarizer: a :class:`~langmem_ext.strategies.summarize.Summarizer`, or a chat model /
             ``"provider:model"`` string / callable to build one. A Summarizer is copied to measure
             with this strategy's ``counter``; the caller's object is not changed.
         counter: how tokens are counted, as for :class:`TokenBudget` (default: approximate).

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
-from langmem_ext.state import MemoryState
+from langmem_ext.core.state import MemoryState
 
 __all__ = ["MemoryReport", "MemoryResult"]
 

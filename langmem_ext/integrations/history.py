@@ -7,12 +7,12 @@ chat history:
 
 * **Reading** (``messages``, ``aget_messages``) returns the strategy's view of the backing
   messages: the running summary plus the recent messages that fit. Reading is read-only: it
-  uses :meth:`Strategy.view <langmem_ext.engine.Strategy.view>`, which never calls the summarizer
-  and never writes anything; a fold that would be due is deferred to the next write.
+  uses :meth:`Strategy.view <langmem_ext.strategies.engine.Strategy.view>`, which never calls the
+  summarizer and never writes anything; a fold that would be due is deferred to the next write.
 * **Writing** (``add_messages``, ``aadd_messages``) appends to the backing history, then runs
-  :meth:`Strategy.apply <langmem_ext.engine.Strategy.apply>` on the full backing history with
-  the stored :class:`~langmem_ext.state.MemoryState` (folding into the summary when it is due)
-  and stores the new state. This is where the summarizer runs, once per fold, not per read.
+  :meth:`Strategy.apply <langmem_ext.strategies.engine.Strategy.apply>` on the full backing history
+  with the stored :class:`~langmem_ext.core.state.MemoryState` (folding into the summary when it is
+  due) and stores the new state. This is where the summarizer runs, once per fold, not per read.
 
 The state lives in a LangGraph ``BaseStore`` (``InMemoryStore`` by default; ``SqliteStore``,
 ``PostgresStore`` or their async variants to persist it) at ``key.namespace("history")``, item
@@ -25,10 +25,10 @@ were folded into the summary are removed from it after the fold succeeded (see
 :meth:`ManagedChatMessageHistory.add_messages` for the order of the steps and what a crash in
 between leaves behind).
 
-Keys: the state of a history is keyed by its :class:`~langmem_ext.keys.MemoryKey`. With a
+Keys: the state of a history is keyed by its :class:`~langmem_ext.core.keys.MemoryKey`. With a
 ``store``, a history whose session fell back to ``"default"`` (no ``key=``, and no
 ``session_id``/``thread_id`` in ``config``) is refused with
-:class:`~langmem_ext.keys.MissingKeyError` unless ``shared_default=True``: key-less histories
+:class:`~langmem_ext.core.keys.MissingKeyError` unless ``shared_default=True``: key-less histories
 over one store would all read and write one summary.
 
 ``add_messages`` refuses a ``RemoveMessage`` (:class:`~langmem_ext.errors.InvalidHistoryError`,
@@ -63,8 +63,8 @@ is shielded and runs to the end before the ``CancelledError`` propagates: a canc
 leaves a backing history cleared and not re-filled.
 
 Sync and async: each operation (read, write, clear) is written once, as a flow of I/O steps
-(:mod:`langmem_ext._store`), which the sync methods run with blocking calls and the async
-methods by awaiting; only the locks have a sync and an async form.
+(:mod:`langmem_ext.integrations._store`), which the sync methods run with blocking calls and the
+async methods by awaiting; only the locks have a sync and an async form.
 """
 
 from __future__ import annotations
@@ -96,9 +96,13 @@ from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from langmem_ext._identity import KeyChain
-from langmem_ext._state import rebase_after_removal, removal_span
-from langmem_ext._store import (
+from langmem_ext.core._identity import KeyChain
+from langmem_ext.core._state import rebase_after_removal, removal_span
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.errors import InvalidHistoryError, MemoryBudgetExceeded
+from langmem_ext.integrations._store import (
     Flow,
     Io,
     Shielded,
@@ -110,11 +114,7 @@ from langmem_ext._store import (
     single,
     uncancelled,
 )
-from langmem_ext.engine import Strategy
-from langmem_ext.errors import InvalidHistoryError, MemoryBudgetExceeded
-from langmem_ext.keys import MemoryKey
-from langmem_ext.result import MemoryResult
-from langmem_ext.state import MemoryState
+from langmem_ext.strategies.engine import Strategy
 
 __all__ = ["STATE_ITEM", "ManagedChatMessageHistory"]
 
@@ -414,24 +414,24 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         strategy: any langmem_ext strategy. A summarizing one (``SummaryBuffer``,
             ``Compacting``, ``TieredSummary``) keeps a running summary; ``TokenBudget`` or
             ``SlidingWindow`` only trim the view (the backing history keeps everything).
-        store: where the :class:`~langmem_ext.state.MemoryState` lives (a LangGraph
+        store: where the :class:`~langmem_ext.core.state.MemoryState` lives (a LangGraph
             ``BaseStore``); default: a new ``InMemoryStore``, which lasts as long as this
             process. Use a persistent store with a persistent backing history, or the summary is
             lost on restart while the messages are not. The async methods use the store's async
             API: ``SqliteStore`` has none (use ``AsyncSqliteStore`` there).
-        key: the :class:`~langmem_ext.keys.MemoryKey` (tenant, user, session) that owns this
+        key: the :class:`~langmem_ext.core.keys.MemoryKey` (tenant, user, session) that owns this
             memory. Different keys never share state, whatever their text. An explicit key is
             used as given (``MemoryKey()`` included: writing it out is choosing it).
         config: instead of ``key``: a runnable config whose ``configurable`` holds
             ``tenant_id``, ``user_id`` and ``session_id`` (or ``thread_id``), read with
-            :meth:`MemoryKey.from_config <langmem_ext.keys.MemoryKey.from_config>`.
+            :meth:`MemoryKey.from_config <langmem_ext.core.keys.MemoryKey.from_config>`.
         require_explicit_key: with ``config`` (or with neither ``key`` nor ``config``), fail
-            with :class:`~langmem_ext.keys.MissingKeyError` instead of falling back to
+            with :class:`~langmem_ext.core.keys.MissingKeyError` instead of falling back to
             ``"default"`` for any missing part (tenant and user included).
         shared_default: with a ``store`` and no session in ``key``/``config`` (neither given,
             or a config without ``session_id``/``thread_id``), use the shared ``"default"``
             session anyway. Without it such a history raises
-            :class:`~langmem_ext.keys.MissingKeyError`: every key-less history over one store
+            :class:`~langmem_ext.core.keys.MissingKeyError`: every key-less history over one store
             would otherwise read and write the same summary (one user's conversation summarized
             into another's). Without a ``store`` the state is private to this object, so
             nothing can be shared and no session is needed.
@@ -447,7 +447,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         >>> from langchain_core.chat_history import InMemoryChatMessageHistory
         >>> from langchain_core.messages import AIMessage, HumanMessage
         >>> from langmem_ext import SlidingWindow
-        >>> from langmem_ext.keys import MemoryKey
+        >>> from langmem_ext.core.keys import MemoryKey
         >>> backing = InMemoryChatMessageHistory()
         >>> history = ManagedChatMessageHistory(
         ...     backing, SlidingWindow(max_messages=2), key=MemoryKey("acme", "u1", "chat-1")
@@ -496,7 +496,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
     ) -> ManagedChatMessageHistory:
         """The history for the key in ``config["configurable"]`` (``tenant_id``, ``user_id``,
         ``session_id`` or ``thread_id``); see :meth:`MemoryKey.from_config
-        <langmem_ext.keys.MemoryKey.from_config>`."""
+        <langmem_ext.core.keys.MemoryKey.from_config>`."""
         return cls(
             history,
             strategy,
@@ -547,7 +547,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def state(self) -> MemoryState | None:
-        """The stored :class:`~langmem_ext.state.MemoryState`, or ``None`` before the first
+        """The stored :class:`~langmem_ext.core.state.MemoryState`, or ``None`` before the first
         write (or after :meth:`clear`)."""
         return self._states.load()
 
@@ -778,7 +778,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         self, full: Sequence[BaseMessage], state: MemoryState
     ) -> tuple[list[BaseMessage], MemoryState] | None:
         """With ``prune_backing``: the messages to keep and the state rebased on them (the rules
-        are :func:`~langmem_ext._state.rebase_after_removal`'s), or ``None`` when nothing is
+        are :func:`~langmem_ext.core._state.rebase_after_removal`'s), or ``None`` when nothing is
         to be removed. The whole backing history is rewritten, so messages without an id are
         removed as well as the others."""
         if not self.prune_backing or not state.folded:

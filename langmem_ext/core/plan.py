@@ -1,14 +1,14 @@
 """The cutting plan: which messages the model sees, as a pure function.
 
 ``plan_cut(messages, state, config, counter)`` decides the view from the messages, the previous
-:class:`~langmem_ext.state.MemoryState` and the configuration. It does no I/O of its own (the
+:class:`~langmem_ext.core.state.MemoryState` and the configuration. It does no I/O of its own (the
 counter is a deterministic function of a message), keeps no clock, and never mutates its input.
 Every strategy is a configuration of this plan; the later stages (clipping, folding into a
 summary, retrieval) build on the same walk.
 
 How a view is chosen
 --------------------
-Units (see :mod:`langmem_ext.messages`) are walked from the newest backwards, with their token
+Units (see :mod:`langmem_ext.core.messages`) are walked from the newest backwards, with their token
 costs taken from the counter's cache, and the walk stops as soon as the budget is spent. So a turn
 costs O(view), not O(history).
 
@@ -37,9 +37,8 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from langmem_ext._identity import KeyChain, stable_key
-from langmem_ext.errors import ContextOverflowError
-from langmem_ext.messages import (
+from langmem_ext.core._identity import KeyChain, stable_key
+from langmem_ext.core.messages import (
     Unit,
     as_standard,
     clip_message,
@@ -48,9 +47,10 @@ from langmem_ext.messages import (
     iter_units_reverse,
     merge_system_messages,
 )
-from langmem_ext.result import MemoryReport, MemoryResult
-from langmem_ext.state import MemoryState
-from langmem_ext.tokens import TokenCounter
+from langmem_ext.core.result import MemoryReport, MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.errors import ContextOverflowError
 
 __all__ = ["CutConfig", "Overflow", "StartOn", "ViewLimits", "leads", "plan_cut", "select_view"]
 
@@ -70,7 +70,7 @@ def require_int(name: str, value: object, minimum: int, why: str = "") -> None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ViewLimits:
     """What every view keeps back and must hold: the knobs the cutting stage
-    (:class:`CutConfig`) and the fold stage (:class:`~langmem_ext.fold.FoldConfig`) share, with
+    (:class:`CutConfig`) and the fold stage (:class:`~langmem_ext.core.fold.FoldConfig`) share, with
     their validation and the arithmetic of a token level, written once."""
 
     #: tokens held back for tool schemas and the model's output
@@ -444,7 +444,8 @@ def select_view(
     carries a summary); system messages found in ``messages[start:]`` are merged into it (or
     dropped with ``keep_system=False``). ``state`` supplies the previous cut for hysteresis;
     ``shown`` maps each unit to the form it takes in the view (e.g. clipped tool outputs);
-    ``keys`` is the caller's :class:`~langmem_ext._identity.KeyChain` over ``messages``, if any.
+    ``keys`` is the caller's :class:`~langmem_ext.core._identity.KeyChain` over ``messages``, if
+    any.
 
     The phases: the budget; the required units (:func:`_required`), clipped or refused when
     they do not fit (:func:`_overflow`); the selection (the held cut, a fresh cut, or a gap

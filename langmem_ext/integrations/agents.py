@@ -4,7 +4,7 @@
 the agent's system prompt and its messages go through the strategy; the tool schemas bound for
 the call are counted and held back from the budget; the model gets the view, with the system
 prompt and the summary in one system message, first. The strategy's
-:class:`~langmem_ext.state.MemoryState` is kept in the agent state (``memory``) through the
+:class:`~langmem_ext.core.state.MemoryState` is kept in the agent state (``memory``) through the
 response's state update, so checkpointers persist it like any other channel.
 
 Requires the ``langchain`` package (``pip install "langmem-ext[agents]"``).
@@ -30,12 +30,12 @@ from langgraph.config import get_config
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
-from langmem_ext._state import removals_for_rewrite as removals
-from langmem_ext.engine import Strategy
-from langmem_ext.graph import Mode
-from langmem_ext.keys import MemoryKey
-from langmem_ext.result import MemoryResult
-from langmem_ext.state import MemoryState
+from langmem_ext.core._state import removals_for_rewrite as removals
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.integrations.graph import Mode
+from langmem_ext.strategies.engine import Strategy
 
 __all__ = ["MemoryMiddleware", "MemoryMiddlewareState"]
 

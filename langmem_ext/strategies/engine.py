@@ -1,14 +1,14 @@
 """The drivers: one sync and one async entry point around the same pure plan.
 
-A strategy's plan is a generator (:mod:`langmem_ext.fold`): it yields a
-:class:`~langmem_ext.fold.FoldRequest` when it needs the summarizer, receives one of the closed
-set of outcomes (:class:`~langmem_ext._state.Folded`, :class:`~langmem_ext._state.FoldFailed`,
-:class:`~langmem_ext._state.FoldDeferred`) and returns the
-:class:`~langmem_ext.result.MemoryResult`. ``apply`` fulfils requests with ``Summarizer.fold``,
-``aapply`` with ``Summarizer.afold``, ``view`` defers them; nothing else differs. A plan may also
-yield an :class:`IoRequest` (Retrieval's store batches and retriever calls), which the sync
-driver runs and the async driver awaits; a read-only view declines the ones that write. A plan
-that needs no summarizer (TokenBudget, SlidingWindow) simply never yields.
+A strategy's plan is a generator (:mod:`langmem_ext.core.fold`): it yields a
+:class:`~langmem_ext.core.fold.FoldRequest` when it needs the summarizer, receives one of the closed
+set of outcomes (:class:`~langmem_ext.core._state.Folded`,
+:class:`~langmem_ext.core._state.FoldFailed`, :class:`~langmem_ext.core._state.FoldDeferred`) and
+returns the :class:`~langmem_ext.core.result.MemoryResult`. ``apply`` fulfils requests with
+``Summarizer.fold``, ``aapply`` with ``Summarizer.afold``, ``view`` defers them; nothing else
+differs. A plan may also yield an :class:`IoRequest` (Retrieval's store batches and retriever
+calls), which the sync driver runs and the async driver awaits; a read-only view declines the ones
+that write. A plan that needs no summarizer (TokenBudget, SlidingWindow) simply never yields.
 
 Planning is CPU-only for every local counter, so ``aapply`` runs it inline; when the counter may
 do network I/O (``is_blocking``, e.g. a chat model's provider-side token counting), ``aapply``
@@ -29,13 +29,13 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from langmem_ext._state import FoldDeferred, Folded, FoldFailed, FoldOutcome
-from langmem_ext.fold import FoldRequest
-from langmem_ext.keys import MemoryKey
-from langmem_ext.result import MemoryResult
-from langmem_ext.state import Health, MemoryState
-from langmem_ext.summarize import Summarizer
-from langmem_ext.tokens import TokenCounter
+from langmem_ext.core._state import FoldDeferred, Folded, FoldFailed, FoldOutcome
+from langmem_ext.core.fold import FoldRequest
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.state import Health, MemoryState
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.strategies.summarize import Summarizer
 
 __all__ = ["DECLINED", "IoRequest", "Plan", "Request", "StateLike", "Strategy", "finished"]
 

@@ -6,7 +6,7 @@ Two different needs, two functions:
   every turn, so it must be cheap: it hashes a tuple built from the message's own string objects,
   and CPython caches a string's hash inside the string, so a long message that was seen before
   costs O(number of parts), not O(length). It is only meaningful inside one process.
-* :func:`key_at` anchors :class:`~langmem_ext.state.MemoryState` to a *position* of a history
+* :func:`key_at` anchors :class:`~langmem_ext.core.state.MemoryState` to a *position* of a history
   across processes (checkpoints, restarts). It is the message id when there is one. A message
   without an id is identified by a BLAKE2 digest chained over its content and the key of the
   message before it, back to the nearest message with an id (or the start of the history). So

@@ -1,0 +1,850 @@
+"""A drop-in ``ConversationSummaryBufferMemory``, with the legacy class's bugs fixed.
+
+``langchain_classic.memory.ConversationSummaryBufferMemory`` is deprecated but still runs many
+chains. This class has the same fields, methods and outputs (same model, same conversation, same
+``load_memory_variables`` at every turn, string and message forms), and fixes four bugs:
+
+* **Database-backed histories re-summarized every turn** (langchain#3072, #10078). Legacy
+  ``prune`` pops from ``chat_memory.messages``; for a history whose ``messages`` is a fresh list
+  per read (``SQLChatMessageHistory``, Redis, Postgres ...) that pops from a copy: nothing leaves
+  the buffer, the same old messages are summarized again on every turn and the buffer grows
+  without bound. Here the pruned prefix is tracked by a *watermark*: the number of pruned
+  messages plus the position-safe key of the last one (its id, or for the id-less messages
+  ``save_context`` writes, a digest chained over its content and everything before it, so a
+  repeated "continue" or "Sure." is never taken for an earlier one). The backing history
+  keeps every message (nothing is deleted, which a crash between "clear" and "re-add" could
+  otherwise lose); the buffer is what comes after the watermark; the watermark moves only after
+  the summarizer succeeded, so each message is summarized exactly once. Without a ``store`` the
+  watermark lives in the object (an :class:`UnpersistedSummaryWarning` says so for a persistent
+  history). ``delete_pruned=True`` removes the pruned messages from an in-memory history
+  instead, as legacy does.
+* **Summary lost with the Python object** (#5053, #14822). With ``store`` (a LangGraph
+  ``BaseStore``) and ``key`` (a :class:`~langmem_ext.core.keys.MemoryKey`), the summary and the
+  watermark live in the store, and a new object (or process) with the same store, key and history
+  continues where the last one stopped. The store is read at the start of every operation.
+* **Whole buffer recounted once per popped message** (one API call per count with Anthropic).
+  Each message is counted once (a cache by message id and content, shared by every memory built
+  on the same model object, so a memory created per request does not recount); the per-request
+  overhead of models whose list count is not a plain sum is measured once, as
+  :class:`~langmem_ext.core.tokens.ChatModelCounter` does. Pruning decisions are the legacy ones.
+* **Sync I/O in the async path.** ``asave_context``/``aprune``/``aclear``/``aload_memory_variables``
+  use ``aget_messages``/``aadd_messages``/``aclear``, ``ainvoke`` and the store's async API;
+  counting, which may do network I/O, runs in a worker thread.
+
+Also: a summarizer failure loses nothing (legacy has already popped the messages from an
+in-memory history when the summarizer raises), and a typo'd constructor argument is an error
+(legacy ignores unknown arguments).
+
+With ``langchain-classic`` installed (the ``classic`` extra) the class is a
+``langchain_classic.base_memory.BaseMemory`` and works in ``ConversationChain`` and the other
+legacy chains; without it, it is a plain pydantic model with the same API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.callbacks import BaseCallbackManager, Callbacks
+from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import get_buffer_string as _get_buffer_string
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import BasePromptTemplate, PromptTemplate
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.store.base import BaseStore
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from langmem_ext.core._identity import KeyChain, stable_key
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.tokens import ChatModelCounter, TokenCounter, as_counter
+from langmem_ext.errors import (
+    StoredStateError,  # re-exported here
+)
+from langmem_ext.integrations._store import Flow, Io, StateStore, Within, arun, run, single
+
+if TYPE_CHECKING:
+    from langchain_classic.base_memory import BaseMemory as _MemoryBase
+
+    HAS_CLASSIC = True
+else:
+    try:
+        from langchain_classic.base_memory import BaseMemory as _MemoryBase
+
+        HAS_CLASSIC = True
+    except ImportError:  # the `classic` extra is not installed: same API, plain pydantic model
+
+        class _MemoryBase(BaseModel):
+            """Stands in for ``langchain_classic.base_memory.BaseMemory``."""
+
+            model_config = ConfigDict(arbitrary_types_allowed=True)
+
+        HAS_CLASSIC = False
+
+__all__ = [
+    "HAS_CLASSIC",
+    "SUMMARY_PROMPT",
+    "ConversationSummaryBufferMemory",
+    "HistoryRewrittenWarning",
+    "StoredStateError",
+    "SummaryBufferState",
+    "UnpersistedSummaryWarning",
+]
+
+# The legacy summarizer prompt (langchain_classic.memory.prompt.SUMMARY_PROMPT), verbatim, so
+# that the same model gives the same summaries with or without langchain-classic installed.
+_SUMMARIZER_TEMPLATE = """Progressively summarize the lines of conversation provided, adding onto the previous summary returning a new summary.
+
+EXAMPLE
+Current summary:
+The human asks what the AI thinks of artificial intelligence. The AI thinks artificial intelligence is a force for good.
+
+New lines of conversation:
+Human: Why do you think artificial intelligence is a force for good?
+AI: Because artificial intelligence will help humans reach their full potential.
+
+New summary:
+The human asks what the AI thinks of artificial intelligence. The AI thinks artificial intelligence is a force for good because it will help humans reach their full potential.
+END OF EXAMPLE
+
+Current summary:
+{summary}
+
+New lines of conversation:
+{new_lines}
+
+New summary:"""  # noqa: E501
+
+SUMMARY_PROMPT = PromptTemplate(
+    input_variables=["summary", "new_lines"], template=_SUMMARIZER_TEMPLATE
+)
+
+#: where the state lives in the store: ``key.namespace(STORE_KIND)``, item key ``memory_key``
+STORE_KIND = "summary_buffer"
+#: 2: ``last_pruned_key`` is position-safe (``_identity.key_at``) and ``last_pruned_window``
+#: holds the content keys of the last pruned messages; 1: ``last_pruned_key`` was a content key
+STATE_VERSION = 2
+#: how many of the last pruned messages' content keys the watermark keeps, to find the last one
+#: again (among repeated texts) when messages before it were deleted
+WINDOW = 8
+
+
+class UnpersistedSummaryWarning(UserWarning):
+    """A persistent chat history without a ``store``: the summary and the watermark live only in
+    this object, so a new object on the same history (a new request, a restart) starts over and
+    summarizes the old messages again. Pass ``store=`` and ``key=``."""
+
+
+class HistoryRewrittenWarning(UserWarning):
+    """The chat history no longer holds the last pruned message where the watermark says.
+
+    Someone cleared or edited the history directly. The summary is kept and stands for everything
+    before the first message that is still there (or before the last pruned message, if it was
+    found at another position).
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryBufferState:
+    """What the memory remembers besides the history: JSON-serializable, versioned.
+
+    ``pruned`` messages at the start of the history are folded into ``summary``;
+    ``last_pruned_key`` is the position-safe key of the last of them (its id, or a digest chained
+    over the id-less messages up to it: see ``langmem_ext.core._identity.key_at``), which is how a
+    history rewritten underneath us is noticed. ``last_pruned_window`` holds the content keys
+    of the last (up to ``WINDOW``) pruned messages, oldest first: when messages before the
+    watermark were deleted, the chained key changes, and the window finds the last pruned
+    message again by its content *and* the messages before it (a repeated "Sure." alone is
+    not enough). Version 1 states (a content key, no window) are read and upgraded.
+    """
+
+    summary: str = ""
+    pruned: int = 0
+    last_pruned_key: str | None = None
+    last_pruned_window: tuple[str, ...] = ()
+    version: int = STATE_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "summary": self.summary,
+            "pruned": self.pruned,
+            "last_pruned_key": self.last_pruned_key,
+            "last_pruned_window": list(self.last_pruned_window),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "state") -> SummaryBufferState:
+        version = data.get("version")
+        if not isinstance(version, int) or version < 1:
+            raise StoredStateError(
+                f"{where} is not a ConversationSummaryBufferMemory state: {data!r}"
+            )
+        if version > STATE_VERSION:
+            raise StoredStateError(
+                f"{where} was written by a newer langmem_ext (state version {version}, this one "
+                f"reads up to {STATE_VERSION}); upgrade langmem_ext"
+            )
+        summary, pruned, key = data.get("summary"), data.get("pruned"), data.get("last_pruned_key")
+        window = data.get("last_pruned_window", [])
+        if (
+            not isinstance(summary, str)
+            or not isinstance(pruned, int)
+            or isinstance(pruned, bool)
+            or pruned < 0
+            or not (key is None or isinstance(key, str))
+            or (pruned > 0 and key is None)
+            or not isinstance(window, list)
+            or not all(isinstance(k, str) for k in window)
+        ):
+            raise StoredStateError(
+                f"{where} is not a valid ConversationSummaryBufferMemory state: {data!r}"
+            )
+        return cls(
+            summary=summary,
+            pruned=pruned,
+            last_pruned_key=key,
+            last_pruned_window=tuple(window),
+            version=version,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# the plan: pure functions used by the one flow of each operation (see the class's "flows")
+#
+# Why not the shared strategy engine (``engine.Strategy`` and ``fold.plan_fold``): parity with
+# langchain-classic is the contract here, and the legacy rule differs from the engine's in every
+# decision that shows: it pops single messages (no tool-call units, no pinned newest human
+# message, no hysteresis), counts ``max_token_limit`` on the buffer only (the summary is not in
+# the budget), summarizes through the overridable ``predict_new_summary`` with the legacy prompt
+# into one string (not summary sections), and keeps its own versioned state (the watermark with
+# its window, not a ``MemoryState``). What is shared is the machinery around it: the flow
+# drivers and the ``StateStore`` of ``langmem_ext.integrations._store``, the position-safe keys of
+# ``langmem_ext.core._identity``, and the token counters.
+
+
+def _window(messages: Sequence[BaseMessage], end: int) -> tuple[str, ...]:
+    """The content keys of the (up to ``WINDOW``) messages before ``end``, oldest first."""
+    return tuple(stable_key(m) for m in messages[max(0, end - WINDOW) : end])
+
+
+def _watermark(
+    state: SummaryBufferState, messages: Sequence[BaseMessage], end: int
+) -> SummaryBufferState:
+    """``state`` with the watermark after ``messages[:end]`` (current version)."""
+    if end == 0:
+        return replace(
+            state, pruned=0, last_pruned_key=None, last_pruned_window=(), version=STATE_VERSION
+        )
+    return replace(
+        state,
+        pruned=end,
+        last_pruned_key=KeyChain(messages)(end - 1),
+        last_pruned_window=_window(messages, end),
+        version=STATE_VERSION,
+    )
+
+
+def _resolve_start(messages: Sequence[BaseMessage], state: SummaryBufferState) -> tuple[int, bool]:
+    """Where the buffer starts in ``messages``, and whether the history was rewritten.
+
+    The watermark holds when the message at ``pruned - 1`` has the recorded position-safe key:
+    the same message after the same history, however often its text repeats. Otherwise the
+    history was rewritten underneath us and the last pruned message is searched for:
+
+    1. by its position-safe key (messages after it changed, or the chain restarts at an id
+       after the change): exact;
+    2. by content, among the positions whose preceding messages match the stored window best
+       (messages before it were deleted, which changes every chained key after them). A tie
+       between equally good positions (a history of identical turns) resolves to the earliest:
+       a few messages may be summarized again, but none is skipped.
+
+    If it is gone, the buffer is the whole history.
+    """
+    n, key = state.pruned, state.last_pruned_key
+    if n == 0 or key is None:
+        return 0, False
+    if state.version < 2:  # a content key (version 1): the best a v1 state allows
+        if n <= len(messages) and stable_key(messages[n - 1]) == key:
+            return n, False
+        return _by_window(messages, (key,), n)
+    keys = KeyChain(messages)
+    if n <= len(messages) and keys(n - 1) == key:
+        return n, False
+    nearest = sorted(range(len(messages)), key=lambda i: (abs(i - (n - 1)), i))
+    for i in nearest:
+        if keys(i) == key:
+            return i + 1, True
+    return _by_window(messages, state.last_pruned_window, n)
+
+
+def _by_window(messages: Sequence[BaseMessage], window: Sequence[str], n: int) -> tuple[int, bool]:
+    if not window:
+        return 0, True
+    content = [stable_key(m) for m in messages]
+    best, found = 0, 0
+    for i, k in enumerate(content):
+        if k != window[-1]:
+            continue
+        match = 1
+        while match < len(window) and i - match >= 0 and content[i - match] == window[-1 - match]:
+            match += 1
+        if match > best:  # strictly better only: ties keep the earliest
+            best, found = match, i + 1
+    return found, True
+
+
+def _batches(counts: Sequence[int], batch_tokens: int | None) -> list[int]:
+    """Sizes of the consecutive groups the pruned messages are summarized in.
+
+    One group (one summarizer call, as legacy) unless ``batch_tokens`` is set; then each group's
+    messages cost at most ``batch_tokens`` (a single larger message is a group of its own).
+    """
+    if batch_tokens is None:
+        return [len(counts)] if counts else []
+    sizes: list[int] = []
+    size = total = 0
+    for count in counts:
+        if size and total + count > batch_tokens:
+            sizes.append(size)
+            size = total = 0
+        size += 1
+        total += count
+    if size:
+        sizes.append(size)
+    return sizes
+
+
+def _plan_prune(counts: Sequence[int], overhead: int, max_token_limit: int) -> int:
+    """How many of the oldest buffer messages to prune: the legacy rule, on cached counts.
+
+    Legacy: while ``count(buffer) > max_token_limit``, pop the oldest message and recount. With
+    ``count(buffer) = overhead + sum(counts)`` the decisions are the same, from one count per
+    message. Where legacy would pop from an empty list (``IndexError``), everything is pruned.
+    """
+    total = overhead + sum(counts)
+    k = 0
+    while total > max_token_limit and k < len(counts):
+        total -= counts[k]
+        k += 1
+    return k
+
+
+# --------------------------------------------------------------------------------------------
+# counters shared by every memory built on the same model object
+
+_COUNTERS: OrderedDict[int, ChatModelCounter] = OrderedDict()
+_COUNTERS_LOCK = threading.Lock()
+_COUNTERS_MAX = 32
+
+
+def _shared_counter(llm: BaseLanguageModel[Any]) -> ChatModelCounter:
+    """The cached counter of ``llm``: a memory object per request keeps the counts of the last.
+
+    Keyed by the model object's identity; the registry holds the model, so an id is never reused
+    while its entry exists (bounded LRU, a few dozen models).
+    """
+    with _COUNTERS_LOCK:
+        counter = _COUNTERS.get(id(llm))
+        if counter is not None and counter.model is llm:
+            _COUNTERS.move_to_end(id(llm))
+            return counter
+        counter = ChatModelCounter(llm)
+        _COUNTERS[id(llm)] = counter
+        while len(_COUNTERS) > _COUNTERS_MAX:
+            _COUNTERS.popitem(last=False)
+        return counter
+
+
+class _Runtime:
+    """A memory object's locks and token counter: process-local, not part of its value.
+
+    Operations on one memory object run one at a time (``sync``, ``async_lock()``). A deep copy
+    gets fresh locks and shares the counter (a thread-safe cache); a pickle gets neither, and the
+    counter is resolved again on first use. The asyncio lock is created on first use.
+    """
+
+    __slots__ = ("_async", "counter", "sync")
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self.sync = threading.RLock()
+        self._async: asyncio.Lock | None = None
+        self.counter = counter
+
+    def async_lock(self) -> asyncio.Lock:
+        if self._async is None:
+            self._async = asyncio.Lock()
+        return self._async
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Runtime:
+        return _Runtime(self.counter)
+
+    def __reduce__(self) -> tuple[type[_Runtime], tuple[()]]:
+        return (_Runtime, ())
+
+
+class _DefaultHistory(InMemoryChatMessageHistory):
+    """The default ``chat_memory``: an ``InMemoryChatMessageHistory``.
+
+    A subclass only so that the user, who did not pick it, does not get langchain-core's
+    deprecation warning for it (legacy shows it); it behaves the same in every respect.
+    """
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this module, pydantic and langchain's
+    model base classes: the line that built the memory, whichever base class is in use."""
+    internal = (
+        "pydantic",
+        "langchain_core",
+        "langchain_classic.base_memory",
+        __name__,
+        "langmem_ext.integrations._store",
+    )
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(internal):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def _get_prompt_input_key(inputs: dict[str, Any], memory_variables: list[str]) -> str:
+    # langchain_classic.memory.utils.get_prompt_input_key: "stop" is not a prompt input
+    prompt_input_keys = list(set(inputs).difference([*memory_variables, "stop"]))
+    if len(prompt_input_keys) != 1:
+        raise ValueError(f"One input key expected got {prompt_input_keys}")
+    return prompt_input_keys[0]
+
+
+class ConversationSummaryBufferMemory(_MemoryBase):
+    """A running summary of the old turns plus the newest messages within ``max_token_limit``.
+
+    Same API and outputs as ``langchain_classic.memory.ConversationSummaryBufferMemory``; see
+    the module docstring for the fixes. New, optional fields:
+
+    * ``store`` and ``key``: persist the summary and the watermark in a LangGraph ``BaseStore``
+      under ``key.namespace("summary_buffer")`` (item key: ``memory_key``);
+    * ``token_counter``: count with this counter instead of ``llm`` (anything
+      :func:`~langmem_ext.core.tokens.as_counter` takes: a ``TokenCounter``, ``"gpt-4o"``,
+      ``"approximate"`` ...), e.g. to count offline for a model that counts over the network;
+    * ``summarize_batch_tokens``: the most tokens of messages one summarizer call reads; a larger
+      backlog (say, the first prune of a long history a legacy memory never pruned) is folded in
+      several chained calls, the watermark moving after each (None: one call, as legacy);
+    * ``delete_pruned``: remove pruned messages from an ``InMemoryChatMessageHistory``, as legacy
+      does, instead of keeping them behind the watermark.
+
+    Chain fields that legacy code often passes to the memory as well (``verbose``, ``callbacks``,
+    ``callback_manager``, ``tags``, ``metadata``, ``name``) are accepted, as legacy accepts them
+    (it ignores every unknown argument). ``callbacks`` (or the deprecated ``callback_manager``),
+    ``tags`` and ``metadata`` are passed to the summarizer call, so a tracer sees it; legacy
+    drops them. ``verbose`` and ``name`` change nothing, as in legacy. Any other unknown argument
+    is an error (a typo such as ``max_tokens_limit`` would otherwise silently use the default).
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+        >>> llm = FakeListChatModel(responses=["They said hi."], custom_get_token_ids=str.split)
+        >>> memory = ConversationSummaryBufferMemory(llm=llm, max_token_limit=3)
+        >>> memory.save_context({"input": "hi there"}, {"output": "hello you"})
+        >>> memory.load_memory_variables({})
+        {'history': 'System: They said hi.\\nAI: hello you'}
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    # legacy fields (ConversationSummaryBufferMemory, BaseChatMemory, SummarizerMixin)
+    llm: BaseLanguageModel  # type: ignore[type-arg]  # BaseLanguageModel[Any] breaks pydantic
+    max_token_limit: int = 2000
+    moving_summary_buffer: str = ""
+    memory_key: str = "history"
+    chat_memory: BaseChatMessageHistory = Field(default_factory=_DefaultHistory)
+    output_key: str | None = None
+    input_key: str | None = None
+    return_messages: bool = False
+    human_prefix: str = "Human"
+    ai_prefix: str = "AI"
+    prompt: BasePromptTemplate = SUMMARY_PROMPT  # type: ignore[type-arg]
+    summary_message_cls: type[BaseMessage] = SystemMessage
+    # new
+    store: BaseStore | None = None
+    key: MemoryKey | None = None
+    token_counter: Any = None
+    """A ``CounterLike`` (langmem_ext.core.tokens.as_counter): None counts with ``llm``."""
+    summarize_batch_tokens: int | None = None
+    delete_pruned: bool = False
+    # chain fields legacy users pass to the memory too (legacy ignores them; see the docstring)
+    name: str | None = None
+    verbose: bool = False
+    callbacks: Callbacks = Field(default=None, exclude=True)
+    callback_manager: BaseCallbackManager | None = Field(default=None, exclude=True)
+    tags: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+
+    _state: SummaryBufferState = PrivateAttr(default_factory=SummaryBufferState)
+    _edited: bool = PrivateAttr(default=False)
+    _moved: bool = PrivateAttr(default=False)
+    _runtime: _Runtime = PrivateAttr(default_factory=lambda: _Runtime())
+
+    @model_validator(mode="after")
+    def _validate(self) -> ConversationSummaryBufferMemory:
+        prompt_variables = self.prompt.input_variables
+        expected_keys = {"summary", "new_lines"}
+        if expected_keys != set(prompt_variables):
+            # the legacy message, word for word
+            raise ValueError(
+                "Got unexpected prompt input variables. The prompt expects "
+                f"{prompt_variables}, but it should have {expected_keys}."
+            )
+        if self.max_token_limit <= 0:
+            raise ValueError(
+                f"max_token_limit must be a positive number of tokens, got {self.max_token_limit!r}"
+            )
+        if self.store is not None and self.key is None:
+            raise ValueError(
+                "store is set but key is not: pass key=MemoryKey(tenant, user, session) so that "
+                "different conversations never share a summary"
+            )
+        if self.key is not None and self.store is None:
+            raise ValueError(
+                "key is set but store is not: the key only names where the summary is persisted "
+                "(pass store=..., e.g. langgraph.store.memory.InMemoryStore())"
+            )
+        if self.delete_pruned and not isinstance(self.chat_memory, InMemoryChatMessageHistory):
+            raise ValueError(
+                "delete_pruned=True needs an InMemoryChatMessageHistory; with "
+                f"{type(self.chat_memory).__name__} the pruned messages stay in the history and "
+                "the watermark keeps them out of the buffer (deleting them would need clear() "
+                "and re-adding the rest, which loses messages if the process dies in between)"
+            )
+        if self.summarize_batch_tokens is not None and self.summarize_batch_tokens <= 0:
+            raise ValueError(
+                "summarize_batch_tokens must be a positive number of tokens or None, got "
+                f"{self.summarize_batch_tokens!r}"
+            )
+        self._runtime.counter = self._resolve_counter()  # fails here on a bad token_counter
+        if self.store is None and not isinstance(self.chat_memory, InMemoryChatMessageHistory):
+            warnings.warn(
+                f"{type(self.chat_memory).__name__} outlives this memory object, but without "
+                "store= the summary and the prune watermark do not: a new memory object on the "
+                "same history starts with no summary and summarizes the old messages again. "
+                "Pass store= (a LangGraph BaseStore) and key=MemoryKey(...) to persist them.",
+                UnpersistedSummaryWarning,
+                stacklevel=_caller_stacklevel(),
+            )
+        self._state = SummaryBufferState(summary=self.moving_summary_buffer)
+        # an explicit summary is a local edit: it wins over the store's at the first operation
+        self._edited = "moving_summary_buffer" in self.model_fields_set
+        return self
+
+    # ---------------------------------------------------------------------------------------
+    # read-only API
+
+    @property
+    def memory_variables(self) -> list[str]:
+        """Will always return list of memory variables."""
+        return [self.memory_key]
+
+    @property
+    def state(self) -> SummaryBufferState:
+        """The summary and the watermark as of the last operation (no I/O)."""
+        return self._state
+
+    @property
+    def buffer(self) -> str | list[BaseMessage]:
+        """String buffer of memory."""
+        value: str | list[BaseMessage] = self.load_memory_variables({})[self.memory_key]
+        return value
+
+    async def abuffer(self) -> str | list[BaseMessage]:
+        """Async memory buffer."""
+        value: str | list[BaseMessage] = (await self.aload_memory_variables({}))[self.memory_key]
+        return value
+
+    def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Return history buffer."""
+        return run(self._load_flow())
+
+    async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Asynchronously return key-value pairs given the text input to the chain."""
+        return await arun(self._load_flow())
+
+    # ---------------------------------------------------------------------------------------
+    # writing
+
+    def save_context(self, inputs: dict[str, Any], outputs: dict[str, str]) -> None:
+        """Save context from this conversation to buffer."""
+        input_str, output_str = self._get_input_output(inputs, outputs)
+        run(self._exclusive(self._save_flow(input_str, output_str)))
+
+    async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, str]) -> None:
+        """Asynchronously save context from this conversation to buffer."""
+        input_str, output_str = self._get_input_output(inputs, outputs)
+        await arun(self._exclusive(self._save_flow(input_str, output_str)))
+
+    def prune(self) -> None:
+        """Prune buffer if it exceeds max token limit."""
+        run(self._exclusive(self._prune_flow()))
+
+    async def aprune(self) -> None:
+        """Asynchronously prune buffer if it exceeds max token limit."""
+        await arun(self._exclusive(self._prune_flow()))
+
+    def clear(self) -> None:
+        """Clear memory contents: the history, the summary and the watermark."""
+        run(self._exclusive(self._clear_flow()))
+
+    async def aclear(self) -> None:
+        """Asynchronously clear memory contents."""
+        await arun(self._exclusive(self._clear_flow()))
+
+    def predict_new_summary(self, messages: list[BaseMessage], existing_summary: str) -> str:
+        """Predict a new summary based on the messages and existing summary."""
+        chain, inputs = self._summary_call(messages, existing_summary)
+        return chain.invoke(inputs, self._run_config())
+
+    async def apredict_new_summary(self, messages: list[BaseMessage], existing_summary: str) -> str:
+        """Predict a new summary based on the messages and existing summary."""
+        chain, inputs = self._summary_call(messages, existing_summary)
+        return await chain.ainvoke(inputs, self._run_config())
+
+    def _summary_call(
+        self, messages: list[BaseMessage], existing_summary: str
+    ) -> tuple[Runnable[dict[str, str], str], dict[str, str]]:
+        """The legacy summarizer chain (prompt | llm | text) and its input."""
+        new_lines = _get_buffer_string(
+            messages, human_prefix=self.human_prefix, ai_prefix=self.ai_prefix
+        )
+        chain = self.prompt | self.llm | StrOutputParser()
+        return chain, {"summary": existing_summary, "new_lines": new_lines}
+
+    def _run_config(self) -> RunnableConfig | None:
+        """The summarizer call's config: the memory's callbacks, tags and metadata, if any."""
+        config: RunnableConfig = {}
+        callbacks = self.callbacks
+        if callbacks is None and self.callback_manager is not None:
+            # its own handlers (a manager passed as callbacks only hands on inheritable ones)
+            callbacks = list(self.callback_manager.handlers)
+        if callbacks is not None:
+            config["callbacks"] = callbacks
+        if self.tags:
+            config["tags"] = list(self.tags)
+        if self.metadata:
+            config["metadata"] = dict(self.metadata)
+        return config or None
+
+    # ---------------------------------------------------------------------------------------
+    # the flows: each operation written once, run by ``_store.run`` (sync) or ``_store.arun``
+
+    def _exclusive(self, flow: Flow[None]) -> Flow[None]:
+        """``flow`` under this object's lock: its operations run one at a time."""
+        return single(Within(lambda: self._runtime.sync, self._runtime.async_lock, flow))
+
+    def _load_flow(self) -> Flow[dict[str, Any]]:
+        """``load_memory_variables``: the summary and the buffer after the watermark."""
+        yield from self._refresh_flow()
+        messages = yield self._reading_history()
+        start = self._start(messages)
+        yield from self._save_moved_watermark_flow()
+        return {self.memory_key: self._render(messages[start:])}
+
+    def _save_flow(self, input_str: str, output_str: str) -> Flow[None]:
+        turn = [HumanMessage(content=input_str), AIMessage(content=output_str)]
+        yield Io.of(self.chat_memory.add_messages, self.chat_memory.aadd_messages, turn)
+        yield from self._prune_flow()
+
+    def _prune_flow(self) -> Flow[None]:
+        """The legacy prune: fold the oldest buffer messages while the buffer is over
+        ``max_token_limit``, in batches; the watermark moves after each summarizer call."""
+        yield from self._refresh_flow()
+        # a copy: an in-memory history returns its live list, which delete_pruned shortens
+        messages = list((yield self._reading_history()))
+        start = self._start(messages)
+        buffer = messages[start:]
+        counts, overhead = yield self._counting(buffer)
+        k = _plan_prune(counts, overhead, self.max_token_limit)
+        if k == 0:
+            yield from self._save_moved_watermark_flow()
+            return
+        predict = self.predict_new_summary, self.apredict_new_summary
+        done = 0
+        for size in _batches(counts[:k], self.summarize_batch_tokens):
+            summary = yield Io.of(*predict, buffer[done : done + size], self._state.summary)
+            done += size
+            yield from self._commit_flow(self._folded_state(messages, start + done, size, summary))
+
+    def _clear_flow(self) -> Flow[None]:
+        yield Io(self.chat_memory.clear, self.chat_memory.aclear)
+        yield from self._commit_flow(SummaryBufferState())
+
+    def _commit_flow(self, state: SummaryBufferState) -> Flow[None]:
+        """Store ``state`` (its watermark at 0 with ``delete_pruned``), then adopt it."""
+        stored = _watermark(state, (), 0) if self.delete_pruned else state
+        yield from self._put_flow(stored)
+        self._set_state(self._apply_delete(state))
+
+    def _put_flow(self, state: SummaryBufferState) -> Flow[None]:
+        states = self._states()
+        if states is not None:
+            yield states.saving(state)
+
+    def _refresh_flow(self) -> Flow[None]:
+        """Adopt the stored state (the store is read at the start of every operation); a
+        summary the user assigned since the last operation wins, and is stored."""
+        states = self._states()
+        stored = None if states is None else (yield states.loading())
+        write = self._reconcile(stored)
+        if write is not None:
+            yield from self._put_flow(write)
+
+    def _save_moved_watermark_flow(self) -> Flow[None]:
+        # a rewritten history moved the watermark: store it, so the rewrite is reported once
+        if self._moved:
+            yield from self._put_flow(self._state)
+            self._moved = False
+
+    def _reading_history(self) -> Io[list[BaseMessage]]:
+        return Io(lambda: self.chat_memory.messages, self.chat_memory.aget_messages)
+
+    def _counting(self, buffer: Sequence[BaseMessage]) -> Io[tuple[list[int], int]]:
+        """Count ``buffer``: in a worker thread from async code when the counter does I/O."""
+        count = functools.partial(self._count, buffer)
+
+        async def acount() -> tuple[list[int], int]:
+            if getattr(self._counter, "is_blocking", False):
+                return await asyncio.to_thread(count)
+            return count()
+
+        return Io(count, acount)
+
+    def _resolve_counter(self) -> TokenCounter:
+        if self.token_counter is None:
+            return _shared_counter(self.llm)
+        return as_counter(self.token_counter)  # TypeError (not wrapped by pydantic) if unusable
+
+    @property
+    def _counter(self) -> TokenCounter:
+        if self._runtime.counter is None:  # unpickled
+            self._runtime.counter = self._resolve_counter()
+        return self._runtime.counter
+
+    def _count(self, buffer: Sequence[BaseMessage]) -> tuple[list[int], int]:
+        counter = self._counter
+        counts = [counter.count_message(m) for m in buffer]
+        # the per-request overhead (0 for a plain sum); ChatModelCounter measures it on its first
+        # message, so it is read after counting
+        return counts, counter.count_messages(())
+
+    def _folded_state(
+        self, messages: Sequence[BaseMessage], end: int, size: int, summary: str
+    ) -> SummaryBufferState:
+        """The state once ``messages[:end]`` are folded, the last ``size`` of them just now."""
+        if self.delete_pruned:
+            # the watermark is always 0 here: the history starts with the ``size`` messages just
+            # folded, deleted in place once the state is written (see _apply_delete)
+            return SummaryBufferState(summary=summary, pruned=size, last_pruned_key=None)
+        return _watermark(SummaryBufferState(summary=summary), messages, end)
+
+    def _apply_delete(self, state: SummaryBufferState) -> SummaryBufferState:
+        if not self.delete_pruned or state.pruned == 0:
+            return state
+        history = self.chat_memory
+        assert isinstance(history, InMemoryChatMessageHistory)
+        del history.messages[: state.pruned]
+        return replace(state, pruned=0, last_pruned_key=None, last_pruned_window=())
+
+    def _set_state(self, state: SummaryBufferState) -> None:
+        self._state = state
+        self.moving_summary_buffer = state.summary
+        self._edited = False
+        self._moved = False
+
+    # ---------------------------------------------------------------------------------------
+    # the store and the watermark
+
+    def _namespace(self) -> tuple[str, ...]:
+        assert self.key is not None
+        return self.key.namespace(STORE_KIND)
+
+    def _states(self) -> StateStore[SummaryBufferState] | None:
+        """Where the state is persisted (``None``: no ``store``, it lives in this object)."""
+        if self.store is None:
+            return None
+        namespace = self._namespace()
+        where = f"store item {namespace!r}/{self.memory_key!r}"
+        decode = functools.partial(SummaryBufferState.from_dict, where=where)
+        return StateStore(self.store, namespace, self.memory_key, decode=decode, sync_fallback=True)
+
+    def _local_edit(self) -> str | None:
+        """The summary the user assigned (or passed) since the last operation, if any."""
+        if self._edited or self.moving_summary_buffer != self._state.summary:
+            return self.moving_summary_buffer
+        return None
+
+    def _reconcile(self, stored: SummaryBufferState | None) -> SummaryBufferState | None:
+        """Adopt the stored state; returns the state to write back when there is a local edit."""
+        edit = self._local_edit()
+        state = self._state if stored is None else stored
+        if edit is not None:
+            state = replace(state, summary=edit)
+        self._set_state(state)
+        return state if edit is not None and self.store is not None else None
+
+    def _start(self, messages: Sequence[BaseMessage]) -> int:
+        start, rewritten = _resolve_start(messages, self._state)
+        if rewritten:
+            warnings.warn(
+                f"the chat history was changed underneath the memory: the last pruned message "
+                f"(#{self._state.pruned}, {self._state.last_pruned_key}) is "
+                + (f"now #{start}" if start else "gone")
+                + "; the summary stands for the messages before it",
+                HistoryRewrittenWarning,
+                stacklevel=_caller_stacklevel(),
+            )
+            self._state = _watermark(self._state, messages, start)
+            self._moved = True
+        return start
+
+    # ---------------------------------------------------------------------------------------
+    # formatting (legacy semantics)
+
+    def _render(self, messages: Sequence[BaseMessage]) -> str | list[BaseMessage]:
+        buffer = list(messages)
+        if self._state.summary != "":
+            buffer = [self.summary_message_cls(content=self._state.summary), *buffer]
+        if self.return_messages:
+            return buffer
+        return _get_buffer_string(buffer, human_prefix=self.human_prefix, ai_prefix=self.ai_prefix)
+
+    def _get_input_output(self, inputs: dict[str, Any], outputs: dict[str, str]) -> tuple[str, str]:
+        if self.input_key is None:
+            prompt_input_key = _get_prompt_input_key(inputs, self.memory_variables)
+        else:
+            prompt_input_key = self.input_key
+        if self.output_key is None:
+            if len(outputs) == 1:
+                output_key = next(iter(outputs.keys()))
+            elif "output" in outputs:
+                output_key = "output"
+                warnings.warn(
+                    f"'{self.__class__.__name__}' got multiple output keys:"
+                    f" {outputs.keys()}. The default 'output' key is being used."
+                    f" If this is not desired, please manually set 'output_key'.",
+                    stacklevel=3,
+                )
+            else:
+                raise ValueError(
+                    f"Got multiple output keys: {outputs.keys()}, cannot "
+                    f"determine which to store in memory. Please set the "
+                    f"'output_key' explicitly."
+                )
+        else:
+            output_key = self.output_key
+        return inputs[prompt_input_key], outputs[output_key]
