@@ -33,6 +33,8 @@ def _module_path(name: str) -> Path:
     """The file of the package module called ``name``, in whichever layer it lives."""
     (path,) = PACKAGE.rglob(f"{name}.py")
     return path
+
+
 MODULES = ("summarize", "messages", "tokens", "errors", "_fences", "_identity", "keys", "_text")
 
 
