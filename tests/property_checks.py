@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import event
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from property_harness import (
     NOT_SHOWN_NOTE,
     SUMMARY_CLIPPED,
@@ -31,6 +38,7 @@ from property_harness import (
 from langmem_ext import Unit, split_units, validate
 from langmem_ext.core._identity import key_at
 from langmem_ext.core.fold import render_summary
+from langmem_ext.core.messages import clip_message
 
 # --------------------------------------------------------------------------------------------
 # reading a view
@@ -125,7 +133,9 @@ def required_start(run: Run, history: Sequence[BaseMessage], b: int) -> int:
     t = 0
     while sizes[t] < run.case.get("min_messages") and t + 1 < len(units):
         t += 1
-    h = next(p for p, u in enumerate(units) if u.has_human)
+    h = next((p for p, u in enumerate(units) if u.has_human), None)
+    if h is None:  # the turn's request is folded and pinned (issue 13): the newest units only
+        return b + units[t].start
     a = next((p for p in range(h, len(units)) if leads(units[p])), h)
     u = max(t, a)
     while not leads(units[u]) and u + 1 < len(units):
@@ -135,6 +145,24 @@ def required_start(run: Run, history: Sequence[BaseMessage], b: int) -> int:
         while u > a and not leads(units[u]):
             u -= 1
     return b + units[u].start
+
+
+def _is_request(message: BaseMessage) -> bool:
+    return isinstance(message, HumanMessage) or (
+        isinstance(message, ChatMessage) and message.role in ("user", "human")
+    )
+
+
+def pinned_index(run: Run, history: Sequence[BaseMessage], bs: int, b: int) -> int | None:
+    """The folded human message a view may hold before the unfolded ones (issue 13): the
+    newest one before ``b`` when ``history[b:]`` does not start with a human message. The
+    request of a long agent turn whose older rounds were folded stays in every view. None
+    with ``start_on="any"``: such a view may start on any unit."""
+    if run.case.get("start_on", "human") == "any":
+        return None
+    if b < len(history) and _is_request(history[b]):
+        return None
+    return next((i for i in range(b - 1, bs - 1, -1) if _is_request(history[i])), None)
 
 
 def not_shown_note(count: int, health: str) -> str:
@@ -232,9 +260,14 @@ def check_nothing_lost(run: Run, turn: Turn) -> None:
     view, state, report = turn.result.messages, turn.result.state, turn.result.report
     n, bs = len(turn.history), turn.bs
     b = bs + state.folded
-    shown = shown_indices(run, turn)
-    assert all(i >= b for i in shown), ("a folded message is in the view", shown, b)
-    assert shown == sorted(set(shown)), ("duplicate or reordered", shown)
+    every = shown_indices(run, turn)
+    assert every == sorted(set(every)), ("duplicate or reordered", every)
+    pin = pinned_index(run, turn.history, bs, b)
+    shown = [i for i in every if i >= b]
+    folded_shown = [i for i in every if i < b]
+    assert folded_shown in ([], [pin]), ("a folded message is in the view", every, b, pin)
+    if folded_shown:
+        event("the request of a folded turn, pinned")
     assert state.folded + len(shown) + report.not_shown == n - bs, (
         state.folded,
         len(shown),
@@ -260,7 +293,8 @@ def check_nothing_lost(run: Run, turn: Turn) -> None:
             start = required_start(run, turn.history, b)
             note = not_shown_note(start - b, state.health) if start > b else ""
             leading = leading_messages(run, turn.history, state.sections, note)
-            cost = run.strategy.counter.count_messages([*leading, *turn.history[start:]])
+            head = [turn.history[pin]] if pin is not None else []
+            cost = run.strategy.counter.count_messages([*leading, *head, *turn.history[start:]])
             assert cost > report.budget, (
                 f"{len(hidden)} message(s) hidden while healthy although the required run "
                 f"from {start} costs {cost} <= {report.budget} with the summary"
@@ -273,7 +307,7 @@ def check_nothing_lost(run: Run, turn: Turn) -> None:
     else:
         assert notes == []
     kept_system = bs == 1 and run.case.get("keep_system", True)
-    assert report.messages_dropped == n - len(shown) - (1 if kept_system else 0)
+    assert report.messages_dropped == n - len(every) - (1 if kept_system else 0)
     assert (report.messages_before, report.messages_after) == (n, len(view))
     assert not report.history_rewritten
 
@@ -556,3 +590,168 @@ def outcome(turn: Turn) -> Any:
 
 def call_log(turn: Turn) -> list[tuple[Any, ...]]:
     return [(c.index, c.kind, c.section, c.previous, c.markers, c.given) for c in turn.calls]
+
+
+# --------------------------------------------------------------------------------------------
+# long agent turns (issue 13): one request followed by many tool rounds
+
+
+def in_flight_index(history: Sequence[BaseMessage]) -> int | None:
+    """The index of the trailing AIMessage whose tool calls are not all answered yet (a call in
+    flight), or None."""
+    last = max((i for i, m in enumerate(history) if isinstance(m, AIMessage)), default=None)
+    if last is None:
+        return None
+    calls = history[last].tool_calls  # type: ignore[attr-defined]
+    answered = {m.tool_call_id for m in history[last + 1 :] if isinstance(m, ToolMessage)}
+    return last if any(c["id"] not in answered for c in calls) else None
+
+
+def long_turn_shown(run: Run, turn: Turn) -> list[int]:
+    """History indices of the view's body, as :func:`shown_indices`, except that an equal copy
+    of a message counts as the message (the pinned request may be shown as a copy)."""
+    assert turn.result is not None
+    state = turn.result.state
+    out = []
+    for v in view_body(turn.result.messages):
+        assert TAG in v.response_metadata, f"a message not from the history: {v!r}"
+        i = marker(v)
+        original = turn.history[i]
+        out.append(i)
+        if v is original or v.model_dump() == original.model_dump():
+            continue
+        if is_marked_clipped(v):
+            assert run.case.get("overflow") != "error"
+            continue
+        assert run.case.kind == "tiered", f"message {i} changed in the view"
+        assert i < turn.bs + state.clipped, (i, turn.bs, state.clipped)
+        expected = tier_clipped(original, run.case.get("truncate_chars"))
+        assert v.model_dump() == expected.model_dump(), f"message {i} is not its clipped form"
+    return out
+
+
+def long_turn_required(run: Run, history: Sequence[BaseMessage], b: int) -> list[BaseMessage]:
+    """A lower bound of what a view must hold in a long turn, ``b`` being the first unfolded
+    message: the newest request, and the newest whole units after it holding ``min_messages``
+    messages (at least one unit). When the rest of the turn holds fewer and the request is not
+    folded, the old rule: the newest human turn and ``min_messages`` (:func:`required_start`)."""
+    r = newest_human_index(history)
+    after = max(r + 1, b)
+    need = run.case.get("min_messages")
+    taken, start = 0, len(history)
+    for unit in reversed(split_units(history[after:])):
+        start = after + unit.start
+        taken += unit.stop - unit.start
+        if taken >= need:
+            break
+    if taken < need and r >= b:
+        return list(history[required_start(run, history, b) :])
+    return [history[r], *history[start:]]
+
+
+def check_long_turn_coverage(run: Run, turn: Turn, *, healthy: bool) -> None:
+    """Nothing lost inside a long turn. With ``F = history[bs:B]`` folded (read by the
+    summarizer, see :func:`check_folded_exactly_once`) and ``S`` the view's body:
+
+    * ``S`` is distinct messages in history order; the only folded message it may hold is the
+      request of the turn the unfolded part starts in (folded once, shown first: the newest
+      request in a long turn, or an older one while the rest of its turn is not folded yet);
+    * the messages neither folded nor shown are exactly ``report.not_shown`` many, and the note
+      says that number (no note when it is 0);
+    * while the summarizer is healthy (``healthy=True`` says it must be), ``not_shown == 0``,
+      unless the overflow policy applied because the summary, the note, the newest request and
+      the newest ``min_messages`` alone do not fit (:func:`long_turn_required`)."""
+    assert turn.result is not None
+    view, state, report = turn.result.messages, turn.result.state, turn.result.report
+    history, n, bs = turn.history, len(turn.history), turn.bs
+    if healthy:
+        assert state.health == "healthy", state.last_error
+    b = bs + state.folded
+    folded = set(range(bs, b))
+    shown = long_turn_shown(run, turn)
+    assert shown == sorted(set(shown)), ("duplicate or reordered", shown)
+    # the one folded message a view may show: the request of the turn the unfolded part starts
+    # in (pinned before it; the newest request, or an older one while that turn is unfolded)
+    pinned = max((i for i in range(bs, b) if isinstance(history[i], HumanMessage)), default=None)
+    if b < n and isinstance(history[b], HumanMessage):
+        pinned = None  # the unfolded part starts with its own request
+    both = set(shown) & folded
+    assert both <= {pinned}, f"folded messages {sorted(both - {pinned})} are in the view"
+    if both:
+        assert shown[0] == pinned
+        event(
+            "the folded request is pinned"
+            if pinned == newest_human_index(history)
+            else "an older turn's folded request is pinned (its turn is partly unfolded)"
+        )
+    if b > newest_human_index(history) + 1:
+        event("folded inside the newest turn")
+    hidden = sorted(set(range(bs, n)) - folded - set(shown))
+    assert len(hidden) == report.not_shown, (
+        f"{len(hidden)} message(s) neither folded nor shown, report.not_shown="
+        f"{report.not_shown}: {hidden[:20]}"
+    )
+    notes = NOT_SHOWN_NOTE.findall(leading_text(view))
+    assert notes == ([(str(report.not_shown), state.health)] if report.not_shown else []), notes
+    if not report.not_shown:
+        return
+    event(f"not shown while {state.health}")
+    if state.health != "healthy":
+        return
+    assert run.case.get("overflow") != "error"
+    note = not_shown_note(report.not_shown, state.health)
+    needed = long_turn_required(run, history, b)
+    leading = leading_messages(run, history, state.sections, note)
+    cost = run.strategy.counter.count_messages([*leading, *needed])
+    assert cost > report.budget, (
+        f"{report.not_shown} message(s) hidden while the summarizer is healthy, although the "
+        f"summary, the newest request and the newest min_messages cost {cost} <= "
+        f"{report.budget}: they should have been folded"
+    )
+    event("healthy: hidden because the required messages do not fit (overflow policy)")
+
+
+def check_request_pinned(run: Run, turn: Turn) -> None:
+    """The request that opened the newest turn is in the view, verbatim, and right after the
+    system message (and summary) once it has been folded. Only when it alone is over the budget
+    (precisely: without the summary, with the newest unit after it clipped down to its markers,
+    it still does not fit) is it a copy clipped with the marker (``report.clipped``)."""
+    assert turn.result is not None
+    view, state, report = turn.result.messages, turn.result.state, turn.result.report
+    history = turn.history
+    r = newest_human_index(history)
+    body = view_body(view)
+    at = [k for k, v in enumerate(body) if marker(v) == r]
+    assert at, "the newest request is not in the view"
+    shown, original = body[at[0]], history[r]
+    if r < turn.bs + state.folded:
+        assert at[0] == 0, "the folded request is not pinned right after the system message"
+    if not is_marked_clipped(shown):
+        assert isinstance(shown, HumanMessage)
+        assert shown.content == original.content, "the newest request is not verbatim"
+        return
+    event("the newest request clipped (overflow)")
+    assert report.clipped and "clipped by langmem_ext" in text_of(shown)
+    counter = run.strategy.counter
+    note = not_shown_note(report.not_shown, state.health) if report.not_shown else ""
+    units = split_units(history[r + 1 :])
+    newest = history[r + 1 + units[-1].start :] if units else []
+    count = counter.count_message
+    floor = sum(min(count(m), count(clip_message(m, 0, count) or m)) for m in newest)
+    alone = counter.count_messages([*leading_messages(run, history, {}, note), original])
+    assert alone + floor > report.budget, (
+        f"the request was clipped although it fits: {alone} tokens with the system message, "
+        f"{floor} for the newest unit clipped to its markers, budget {report.budget}"
+    )
+
+
+def check_in_flight_kept(run: Run, turn: Turn) -> None:
+    """A trailing call still in flight (an AIMessage with unanswered tool calls) is in the view
+    and was never folded."""
+    assert turn.result is not None
+    a = in_flight_index(turn.history)
+    if a is None:
+        return
+    event("a call in flight")
+    assert a >= turn.bs + turn.result.state.folded, "the call in flight was folded"
+    assert a in [marker(v) for v in view_body(turn.result.messages)], "call in flight not shown"

@@ -31,7 +31,7 @@ from langchain_core.messages import BaseMessage
 from typing_extensions import assert_never
 
 from langmem_ext.core._identity import KeyChain
-from langmem_ext.core.messages import is_system
+from langmem_ext.core.messages import is_system, pinned_request
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
 
@@ -42,10 +42,12 @@ __all__ = [
     "Folded",
     "RetryPolicy",
     "health_after",
+    "kept_request",
     "may_try_fold",
     "rebase_after_removal",
     "removal_span",
     "removals_for_rewrite",
+    "removed_messages",
     "settled",
 ]
 
@@ -145,6 +147,29 @@ def removal_span(messages: Sequence[BaseMessage], state: MemoryState) -> range:
     return range(body_start, body_start)
 
 
+def kept_request(messages: Sequence[BaseMessage], span: range) -> int | None:
+    """The message of a removal ``span`` that stays: the request of a long agent turn whose
+    older rounds were folded (:func:`~langmem_ext.core.messages.pinned_request`). It was folded,
+    but every view still shows it, so a rewrite keeps it (as the one folded message left)."""
+    if not span:
+        return None
+    return pinned_request(messages, span.start, span.stop)
+
+
+def removed_messages(
+    messages: Sequence[BaseMessage], state: MemoryState
+) -> tuple[list[BaseMessage], list[BaseMessage], BaseMessage | None, int]:
+    """What a rewrite under ``state`` does to ``messages``: the messages it removes, the history
+    it leaves, the folded request it keeps (or None), and where the removal starts."""
+    span = removal_span(messages, state)
+    keep = kept_request(messages, span) if state.folded else None
+    gone = [messages[i] for i in span if i != keep]
+    pinned = messages[keep] if keep is not None else None
+    head, tail = messages[: span.start], messages[span.stop :]
+    kept = [*head, *([pinned] if pinned is not None else []), *tail]
+    return gone, kept, pinned, span.start
+
+
 def rebase_after_removal(
     state: MemoryState,
     kept_messages: Sequence[BaseMessage],
@@ -152,6 +177,7 @@ def rebase_after_removal(
     removed_at: int,
     removed_count: int,
     removed_tokens: int,
+    kept_folded_tokens: int | None = None,
 ) -> MemoryState:
     """``state`` as it is once ``removed_count`` messages (costing ``removed_tokens``) at
     ``removed_at`` are gone from the history, ``kept_messages`` being the history after that.
@@ -160,7 +186,8 @@ def rebase_after_removal(
     for it); the clip point and Retrieval's index watermark move with the removed messages (an
     index watermark inside them becomes 0: nothing after them is indexed yet; the turn count
     carries on). Keys are recomputed over ``kept_messages``, since keys of id-less messages are
-    chained over their predecessors."""
+    chained over their predecessors. ``kept_folded_tokens`` is given when one folded message
+    stays (the pinned request, at ``removed_at``): it is then the whole folded part."""
     gone = removed_count
     keys = KeyChain(kept_messages)
     total = len(kept_messages)
@@ -176,9 +203,9 @@ def rebase_after_removal(
         seen=seen,
         seen_tokens=state.seen_tokens - removed_tokens,
         seen_key=key_or(seen - 1, state.seen_key) if seen > 0 else state.seen_key,
-        folded=0,
-        folded_key=None,
-        folded_tokens=0,
+        folded=0 if kept_folded_tokens is None else 1,
+        folded_key=None if kept_folded_tokens is None else key_or(removed_at, None),
+        folded_tokens=kept_folded_tokens or 0,
         cut_index=cut_index,
         cut_key=key_or(cut_index, state.cut_key),
         clipped=max(state.clipped - gone, 0),
@@ -194,15 +221,14 @@ def removals_for_rewrite(
     it will be once they are gone (so the next turn sees an append-only history, not a rewritten
     one). Nothing is removed when a message to remove has no id: it could not be removed by id,
     so everything is kept this turn."""
-    span = removal_span(messages, state)
-    gone = list(messages[span.start : span.stop])
+    gone, kept, pinned, removed_at = removed_messages(messages, state)
     if not gone or any(m.id is None for m in gone):
         return [], state
-    kept = [*messages[: span.start], *messages[span.stop :]]
     return [str(m.id) for m in gone], rebase_after_removal(
         state,
         kept,
-        removed_at=span.start,
+        removed_at=removed_at,
         removed_count=len(gone),
         removed_tokens=sum(counter.count_message(m) for m in gone),
+        kept_folded_tokens=counter.count_message(pinned) if pinned is not None else None,
     )

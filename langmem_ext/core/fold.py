@@ -16,6 +16,14 @@ The rules it keeps:
   system message with the summary) stays the same between them.
 * **Each message is folded exactly once**, and the previous summary is part of every fold's
   input: the folded boundary only moves forward, and only after the summarizer succeeded.
+* **Long agent turns fold inside the turn.** When the newest turn alone does not fit (one
+  request, then hundreds of tool rounds), the boundary falls between whole tool rounds of that
+  turn: the oldest completed rounds (and the request) are folded, the newest rounds stay verbatim,
+  and the request is pinned, verbatim, right after the summary in every view
+  (:func:`pinned_request`). An in-flight call is never folded.
+* **Two triggers.** The view is over the high-water mark when its tokens pass ``trigger_tokens``
+  or, with ``trigger_messages``, when more messages than that are unfolded; a fold then goes down
+  to ``target_tokens`` (and ``target_messages``). The report says which trigger fired.
 * **Failure loses nothing.** If the summarizer fails, nothing is marked folded; the view is the
   last good summary plus the newest messages that fit, with a visible note saying how many earlier
   messages are not shown; health goes to ``retrying`` (then ``degraded`` after
@@ -53,6 +61,7 @@ from langmem_ext.core.messages import (
     ensure_message,
     is_system,
     iter_units_reverse,
+    pinned_request,
 )
 from langmem_ext.core.plan import (
     CutConfig,
@@ -75,11 +84,14 @@ __all__ = [
     "FoldRequest",
     "Placement",
     "SummaryOverflow",
+    "Trigger",
     "plan_fold",
     "render_summary",
 ]
 
 SummaryOverflow = Literal["truncate_summary", "truncate_oldest", "error"]
+#: which high-water mark sent a turn into a fold
+Trigger = Literal["tokens", "messages"]
 Placement = Literal["system", "human"]
 
 _OPEN = "<conversation_summary>"
@@ -112,6 +124,10 @@ class FoldConfig(ViewLimits):
     #: TieredSummary: clip large bodies of older messages once the view passes this
     clip_tokens: int | None = None
     truncate_chars: int = 2_000
+    #: fold when more than this many messages are unfolded (None: the token trigger only)
+    trigger_messages: int | None = None
+    #: a fold keeps at most this many unfolded messages (with ``trigger_messages``)
+    target_messages: int | None = None
     degrade_after: int = 3
     retry_initial: float = 2.0
     retry_max: float = 300.0
@@ -123,6 +139,7 @@ class FoldConfig(ViewLimits):
             require_int(name, getattr(self, name), 1)
         if self.clip_tokens is not None:
             require_int("clip_tokens", self.clip_tokens, 1)
+        self._check_message_triggers()
         for name in ("retry_initial", "retry_max"):
             value = getattr(self, name)
             if (
@@ -153,6 +170,22 @@ class FoldConfig(ViewLimits):
             )
         if self.placement not in ("system", "human"):
             raise ValueError(f"placement must be 'system' or 'human', got {self.placement!r}")
+
+    def _check_message_triggers(self) -> None:
+        if self.trigger_messages is None:
+            if self.target_messages is not None:
+                raise ValueError("target_messages needs trigger_messages (max_messages=)")
+            return
+        require_int("trigger_messages", self.trigger_messages, 2, "(max_messages)")
+        target = self.target_messages
+        if target is None:
+            raise ValueError("trigger_messages needs target_messages (keep_messages=)")
+        require_int("target_messages", target, 1, "(keep_messages)")
+        if not max(self.min_messages, 1) <= target < self.trigger_messages:
+            raise ValueError(
+                f"need min_messages ({self.min_messages}) <= keep_messages ({target}) < "
+                f"max_messages ({self.trigger_messages}): a fold goes down to keep_messages"
+            )
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -214,7 +247,7 @@ def _boundary(
 
 def _unfolded_kept(chosen: Selection, b: int, n: int) -> int:
     """How many of the view's input messages are unfolded (at or after ``b``). Only differs from
-    ``chosen.kept`` when the view re-shows a folded human turn (see :func:`_view_start`): a
+    ``chosen.kept`` when the view holds the pinned request (see :func:`pinned_request`): a
     contiguous view is a suffix of the history, a gap view its head message plus a suffix."""
     first = chosen.first
     if first is None or first >= b:
@@ -223,54 +256,76 @@ def _unfolded_kept(chosen: Selection, b: int, n: int) -> int:
     return min(suffix, n - b)
 
 
-def _view_start(
-    messages: Sequence[BaseMessage], body_start: int, b: int, config: FoldConfig
+def _fold_boundary(
+    turn: _Turn, room: int, shown: Callable[[Unit], Unit] | None, *, in_turn: bool = True
 ) -> int:
-    """Where the view is selected from: the first unfolded message, unless the unfolded part
-    holds no turn a view may start on. That happens only when the app removed the newest turns
-    after a fold (an "undo"): then the newest folded turn that may lead a view is shown again,
-    verbatim as well as in the summary, so the view still holds the newest human message."""
-    if config.start_on == "any" and b < len(messages):
-        return b
-    for unit in iter_units_reverse(messages, b):
-        if unit.kind == "human":
-            return b
-    for unit in iter_units_reverse(messages, body_start):
-        if unit.start < b and unit.kind == "human":
-            return unit.start
-    return b
-
-
-def _fold_boundary(turn: _Turn, room: int, shown: Callable[[Unit], Unit] | None) -> int:
     """Where the unfolded part should start after a fold: the oldest unit that may lead a view
-    such that everything from it costs at most ``room``, but never inside the newest human turn or
-    the newest ``min_messages`` messages. Returns the current boundary when there is nothing to
-    fold."""
-    start_on = turn.config.start_on
+    such that everything from it costs at most ``room`` (and holds at most ``target_messages``),
+    but never inside the newest human turn or the newest ``min_messages`` messages; returns the
+    current boundary when there is nothing to fold.
+
+    When the newest turn alone does not fit (a long agent turn) and ``in_turn``, the boundary
+    falls between its whole tool rounds instead (:func:`_in_turn_boundary`)."""
+    config = turn.config
     units = iter_units_reverse(turn.messages, turn.boundary)
     walk = _Walk(units if shown is None else map(shown, units), turn.counter.count_message)
     position = 0
-    seen_human = False
+    human: int | None = None  # walk position of the newest unit with a human message
+    anchor: int | None = None  # ... and of the unit that leads a view for it
     required: int | None = None
+    rounds: list[int] = []  # positions of the newest turn's rounds a boundary may precede
     while walk.has(position):
         unit = walk.units[position].unit
-        seen_human = seen_human or unit.has_human
-        if (
-            seen_human
-            and walk.cum_size[position] >= turn.config.min_messages
-            and leads(unit, start_on)
-        ):
-            required = position
-            break
+        enough = walk.cum_size[position] >= config.min_messages
+        if human is None and unit.has_human:
+            human = position
+        if human is None and enough and unit.kind in ("ai", "tool"):
+            rounds.append(position)
+        if human is not None and leads(unit, config.start_on):
+            anchor = position if anchor is None else anchor
+            if enough:
+                required = position
+                break
         position += 1
+    if required is None:
+        # no older unit may lead a view (the unfolded part starts inside a folded turn):
+        # min_messages is best-effort, as in select_view
+        required = anchor
+
+    def fits(position: int, extra: int = 0) -> bool:
+        return walk.cum_tokens[position] + extra <= room and (
+            config.target_messages is None or walk.cum_size[position] <= config.target_messages
+        )
+
+    # in-turn folding pins the request; with start_on="any" nothing is pinned, so the newest
+    # human message is never folded there (it must stay in the view)
+    in_turn = in_turn and config.start_on == "human"
+    if in_turn and rounds and (required is None or not fits(required)):
+        request = turn.pinned() if human is None else walk.units[human].unit.start
+        pin = 0 if request is None else turn.counter.count_message(turn.messages[request])
+        return _in_turn_boundary(walk, rounds, lambda p: fits(p, pin))
     if required is None:
         return turn.boundary
     best = required
     position = required + 1
-    while walk.has(position) and walk.cum_tokens[position] <= room:
-        if leads(walk.units[position].unit, start_on):
+    while walk.has(position) and fits(position):
+        if leads(walk.units[position].unit, config.start_on):
             best = position
         position += 1
+    return walk.units[best].unit.start
+
+
+def _in_turn_boundary(walk: _Walk, rounds: list[int], fits: Callable[[int], bool]) -> int:
+    """The fold boundary inside the newest turn: before the oldest of its tool rounds such that
+    the rounds from there on, with the pinned request, fit (``rounds``: walk positions, newest
+    first, each already holding ``min_messages``); before the newest such round when none fit,
+    so a fold still makes what room it can. The newest unit (an in-flight call) is never
+    folded: position 0 is always kept."""
+    best = rounds[0]
+    for position in rounds[1:]:
+        if not fits(position):
+            break
+        best = position
     return walk.units[best].unit.start
 
 
@@ -299,6 +354,8 @@ class _Turn:
     memo: dict[tuple[object, ...], tuple[Selection, HumanMessage | None] | Exception] = field(
         default_factory=dict
     )
+    #: boundary -> the request pinned before it (see :func:`pinned_request`)
+    pins: dict[int, int | None] = field(default_factory=dict)
 
     @classmethod
     def begin(
@@ -342,6 +399,18 @@ class _Turn:
     def n(self) -> int:
         return len(self.messages)
 
+    def pinned(self) -> int | None:
+        """The human message the view holds before the unfolded ones (None: they start with
+        one, or ``start_on="any"`` lets a view start on any unit); see :func:`pinned_request`."""
+        if self.config.start_on == "any":
+            return None
+        if self.boundary not in self.pins:
+            self.pins[self.boundary] = pinned_request(self.messages, self.body_start, self.boundary)
+        return self.pins[self.boundary]
+
+    def unfolded_kept(self, chosen: Selection) -> int:
+        return _unfolded_kept(chosen, self.boundary, self.n)
+
     def system_tokens(self) -> int:
         return self.counter.count_message(self.system) if self.system is not None else 0
 
@@ -381,18 +450,26 @@ class _Turn:
         return system.model_copy(update={"content": f"{text}\n\n{block}" if text else block}), None
 
     def select(
-        self, start: int, note: str = "", summary: Mapping[str, str] | None = None, **cut: Any
+        self, note: str = "", summary: Mapping[str, str] | None = None, **cut: Any
     ) -> tuple[Selection, HumanMessage | None]:
-        """The cutting stage under the summary; memoized, since a turn asks the same twice."""
+        """The cutting stage over the unfolded messages (after the pinned request, if any) under
+        the summary; memoized, since a turn asks the same twice."""
         parts = self.sections if summary is None else summary
-        key = (start, note, tuple(parts.items()), tuple(sorted(cut.items())), self.clip_at)
+        start, pinned = self.boundary, self.pinned()
+        key = (start, pinned, note, tuple(parts.items()), tuple(sorted(cut.items())), self.clip_at)
         if key not in self.memo:
             system, human_summary = self.leading(note, parts)
             extra = self.counter.count_message(human_summary) if human_summary is not None else 0
             config = self.config.cut(reserve_tokens=self.config.reserve_tokens + extra, **cut)
             try:
                 chosen = select_view(
-                    self.messages, start, system, config, self.counter, shown=self.shown()
+                    self.messages,
+                    start,
+                    system,
+                    config,
+                    self.counter,
+                    shown=self.shown(),
+                    pinned=pinned,
                 )
                 self.memo[key] = (chosen, human_summary)
             except ContextOverflowError as error:
@@ -402,18 +479,28 @@ class _Turn:
             raise found
         return found
 
-    def over_trigger(self) -> bool:
-        """Whether the unfolded messages, under the summary, do not all fit under the high-water
-        mark (``trigger_tokens``)."""
+    def over_trigger(self) -> Trigger | None:
+        """Which high-water mark the unfolded messages, under the summary, pass: they do not all
+        fit under ``trigger_tokens`` (``"tokens"``), or more than ``trigger_messages`` are
+        unfolded (``"messages"``); None when neither."""
+        unfolded = self.n - self.boundary
         try:
-            current, _ = self.select(self.boundary)
+            current, _ = self.select()
         except ContextOverflowError:
-            return True
-        return current.kept != self.n - self.boundary or current.tokens > self.config.level(
-            self.config.trigger_tokens
-        )
+            return "tokens"
+        pinned = self.pinned()
+        if (
+            self.unfolded_kept(current) != unfolded
+            or (pinned is not None and current.first != pinned)  # the request no longer fits
+            or current.tokens > self.config.level(self.config.trigger_tokens)
+        ):
+            return "tokens"
+        limit = self.config.trigger_messages
+        return "messages" if limit is not None and unfolded > limit else None
 
-    def move_clip_point(self, last_view_tokens: int, over: bool) -> tuple[bool, bool]:
+    def move_clip_point(
+        self, last_view_tokens: int, over: Trigger | None
+    ) -> tuple[bool, Trigger | None]:
         """TieredSummary tier 1: when the view crosses ``clip_tokens`` (it was below on the last
         turn), clip the large bodies of everything older than the newest turn. The clip point then
         holds until the next crossing, so the prompt prefix does not change on every turn.
@@ -423,13 +510,15 @@ class _Turn:
             return False, over
         tier1 = config.level(config.clip_tokens)
         try:
-            current, _ = self.select(self.boundary)
-            past_tier1 = current.tokens > tier1 or current.kept < self.n - self.boundary
+            current, _ = self.select()
+            past_tier1 = (
+                current.tokens > tier1 or self.unfolded_kept(current) < self.n - self.boundary
+            )
         except ContextOverflowError:
             past_tier1 = True
         if not past_tier1 or (last_view_tokens > tier1 and not over):
             return False, over
-        keep_from = _fold_boundary(self, 0, shown=None)
+        keep_from = _fold_boundary(self, 0, shown=None, in_turn=False)
         if keep_from <= self.clip_at:
             return False, over
         # the prefix only changes if a newly covered message is actually clipped
@@ -476,9 +565,9 @@ def plan_fold(
     its outcome (:func:`~langmem_ext.core._state.health_after`); the view, with the not-shown note
     and the overflow policy (:func:`_final_view`); the state and report (:func:`_fold_result`)."""
     turn = _Turn.begin(messages, state, config, counter)
-    clip_moved, over = turn.move_clip_point(state.view_tokens, turn.over_trigger())
+    clip_moved, trigger = turn.move_clip_point(state.view_tokens, turn.over_trigger())
     after, folded_now = state, 0
-    if over and may_try_fold(state, now):
+    if trigger is not None and may_try_fold(state, now):
         request = turn.fold_request()
         if request is not None:
             outcome = settled((yield request))
@@ -496,7 +585,15 @@ def plan_fold(
         error.state = next_state
         raise
     return _fold_result(
-        turn, state, next_state, chosen, human_summary, shown_sections, folded_now, clip_moved
+        turn,
+        state,
+        next_state,
+        chosen,
+        human_summary,
+        shown_sections,
+        folded_now,
+        clip_moved,
+        trigger,
     )
 
 
@@ -527,6 +624,7 @@ def _fold_result(
     shown_sections: Mapping[str, str],
     folded_now: int,
     clip_moved: bool,
+    trigger: Trigger | None,
 ) -> MemoryResult:
     """The view (with the summary message placed), the next state and the report."""
     n, counter, keys = turn.n, turn.counter, turn.keys
@@ -573,6 +671,7 @@ def _fold_result(
         not_shown=not_shown,
         summary_tokens=summary_tokens,
         health=next_state.health,
+        trigger=trigger,
     )
     return MemoryResult(view, next_state, report)
 
@@ -580,20 +679,20 @@ def _fold_result(
 def _not_shown(chosen: Selection, turn: _Turn) -> int:
     """Unfolded messages the view leaves out (only while the summarizer is failing or the budget
     is too small for all of them)."""
-    return (turn.n - turn.boundary) - _unfolded_kept(chosen, turn.boundary, turn.n)
+    return (turn.n - turn.boundary) - turn.unfolded_kept(chosen)
 
 
 def _final_view(
     turn: _Turn, state: MemoryState
 ) -> tuple[Selection, HumanMessage | None, dict[str, str]]:
     """The final view, with the not-shown note when needed and the overflow policy applied.
-    The view is selected from the first unfolded message, or from the newest human turn when
-    nothing unfolded holds one (:func:`_view_start`); only unfolded messages count as not shown.
-    Returns the selection, the summary message (``placement="human"``) and the summary shown."""
-    start = _view_start(turn.messages, turn.body_start, turn.boundary, turn.config)
+    The view is selected from the first unfolded message, after the pinned request when the
+    unfolded messages do not start with a human message (:func:`pinned_request`); only unfolded
+    messages count as not shown. Returns the selection, the summary message
+    (``placement="human"``) and the summary shown."""
     sections = turn.sections
     try:
-        chosen, human = _with_note(turn, start, state, sections)
+        chosen, human = _with_note(turn, state, sections)
         return chosen, human, sections
     except ContextOverflowError as error:
         first_error = error
@@ -609,7 +708,7 @@ def _final_view(
     last = first_error
     for summary, cut in _overflow_steps(turn, first_error):
         try:
-            chosen, human = _with_note(turn, start, state, summary, **cut)
+            chosen, human = _with_note(turn, state, summary, **cut)
             return chosen, human, summary
         except ContextOverflowError as error:
             last = error
@@ -648,20 +747,20 @@ def _overflow_steps(
 
 
 def _with_note(
-    turn: _Turn, start: int, state: MemoryState, summary: dict[str, str], **cut: Any
+    turn: _Turn, state: MemoryState, summary: dict[str, str], **cut: Any
 ) -> tuple[Selection, HumanMessage | None]:
     """The view from ``start`` under ``summary``; when some unfolded messages do not fit, with a
     visible note that says how many. The note costs tokens, which can change how many fit: start
     from the most that could be missing and step down to the count the note states exactly (a
     few passes at most: only the digits change)."""
-    chosen, human = turn.select(start, "", summary, **cut)
+    chosen, human = turn.select("", summary, **cut)
     missing = _not_shown(chosen, turn)
     if missing <= 0:
         return chosen, human
     claimed = turn.n - turn.boundary
     for _ in range(8):
         note = _not_shown_note(claimed, state.health, state.last_error)
-        chosen, human = turn.select(start, note, summary, **cut)
+        chosen, human = turn.select(note, summary, **cut)
         missing = _not_shown(chosen, turn)
         if missing == claimed:
             break

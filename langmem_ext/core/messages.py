@@ -62,6 +62,7 @@ __all__ = [
     "is_valid",
     "iter_units_reverse",
     "merge_system_messages",
+    "pinned_request",
     "repair",
     "role_of",
     "split_units",
@@ -362,6 +363,24 @@ def iter_units_reverse(
             continue
         yield _tool_unit(messages, lo, hi, skip, trailing=hi == total)
         hi = lo
+
+
+def pinned_request(messages: Sequence[BaseMessage], body_start: int, b: int) -> int | None:
+    """The human message a view holds right before the unfolded messages (``messages[b:]``), or
+    None when they start with one.
+
+    That message was folded (the summarizer read it once) and is shown verbatim in every view
+    all the same: it is the request of a long agent turn whose older tool rounds were folded, so
+    the model still sees what the newest rounds are working on; or, after the app removed the
+    newest turns following a fold (an "undo"), the newest human message left. It depends on the
+    boundary alone, so the view's prefix stays the same until the next fold. The scan back stops
+    at the first human message, so it costs the folded part of the current turn."""
+    if b < len(messages) and is_human(ensure_message(messages[b], b)):
+        return None
+    for i in range(b - 1, body_start - 1, -1):
+        if is_human(ensure_message(messages[i], i)):
+            return i
+    return None
 
 
 def split_units(messages: Sequence[BaseMessage]) -> list[Unit]:

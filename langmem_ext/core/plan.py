@@ -30,6 +30,7 @@ costs O(view), not O(history).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -437,6 +438,7 @@ def select_view(
     state: MemoryState | None = None,
     shown: Callable[[Unit], Unit] | None = None,
     keys: KeyChain | None = None,
+    pinned: int | None = None,
 ) -> Selection:
     """The cutting stage: the view of ``messages[start:]`` under ``system``, within the budget.
 
@@ -445,7 +447,10 @@ def select_view(
     dropped with ``keep_system=False``). ``state`` supplies the previous cut for hysteresis;
     ``shown`` maps each unit to the form it takes in the view (e.g. clipped tool outputs);
     ``keys`` is the caller's :class:`~langmem_ext.core._identity.KeyChain` over ``messages``, if
-    any.
+    any. ``pinned`` is the index of a human message before ``start`` that the view holds as if it
+    came right before ``messages[start]``: the request of a long agent turn whose older rounds
+    were folded into the summary (see :mod:`langmem_ext.core.fold`); the messages between it and
+    ``start`` are not part of the walk.
 
     The phases: the budget; the required units (:func:`_required`), clipped or refused when
     they do not fit (:func:`_overflow`); the selection (the held cut, a fresh cut, or a gap
@@ -453,6 +458,8 @@ def select_view(
     """
     budget = _budget(config, counter, system)
     units = iter_units_reverse(messages, start)
+    if pinned is not None:
+        units = itertools.chain(units, iter_units_reverse(messages, pinned, pinned + 1))
     walk = _Walk(units if shown is None else map(shown, units), counter.count_message)
     if not walk.has(0):  # nothing but (maybe) a system message
         view: list[BaseMessage] = [system] if system is not None else []

@@ -40,6 +40,9 @@ class MemoryReport:
     not_shown: int = 0
     #: tokens of the running summary as placed in the view
     summary_tokens: int = 0
+    #: which high-water mark sent this turn into a fold: ``"tokens"`` or ``"messages"``
+    #: (``max_messages=``); None when neither was passed
+    trigger: str | None = None
     #: the summarizer's health after this turn
     health: str = "healthy"
     #: (Retrieval) keys of the evicted turns and knowledge passages placed in the view

@@ -97,7 +97,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext.core._identity import KeyChain
-from langmem_ext.core._state import rebase_after_removal, removal_span
+from langmem_ext.core._state import rebase_after_removal, removed_messages
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
@@ -783,16 +783,17 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         removed as well as the others."""
         if not self.prune_backing or not state.folded:
             return None
-        span = removal_span(full, state)
-        if not span:
+        gone, kept, pinned, removed_at = removed_messages(full, state)
+        if not gone:
             return None
-        kept = [*full[: span.start], *full[span.stop :]]
+        count = self.strategy.counter.count_message
         rebased = rebase_after_removal(
             state,
             kept,
-            removed_at=span.start,
-            removed_count=len(span),
-            removed_tokens=sum(self.strategy.counter.count_message(full[i]) for i in span),
+            removed_at=removed_at,
+            removed_count=len(gone),
+            removed_tokens=sum(count(m) for m in gone),
+            kept_folded_tokens=count(pinned) if pinned is not None else None,
         )
         # a key that points past the shorter history is dropped rather than kept stale
         keys = KeyChain(kept)

@@ -37,13 +37,24 @@ from langmem_ext.core.state import Health, MemoryState
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.strategies.summarize import Summarizer
 
-__all__ = ["DECLINED", "IoRequest", "Plan", "Request", "StateLike", "Strategy", "finished"]
+__all__ = [
+    "DECLINED",
+    "IoRequest",
+    "Plan",
+    "Request",
+    "StateLike",
+    "Strategy",
+    "TurnCallback",
+    "finished",
+]
 
 logger = logging.getLogger("langmem_ext")
 
 StateLike = MemoryState | dict[str, Any] | None
 SummaryCallback = Callable[[Mapping[str, str], Mapping[str, str]], Any]
 HealthCallback = Callable[[Health, Health], Any]
+#: called with the messages a call saw for the first time (oldest first)
+TurnCallback = Callable[[Sequence[BaseMessage]], Any]
 
 
 class IoRequest(ABC):
@@ -94,6 +105,7 @@ class Strategy(ABC):
     summarizer: Summarizer | None = None
     on_summary_updated: SummaryCallback | None = None
     on_health_changed: HealthCallback | None = None
+    on_turn_added: TurnCallback | None = None
     #: where ``now`` comes from (the plan reads no clock itself); replace it in tests
     clock: Callable[[], float] = staticmethod(time.time)
     #: the strategy keeps memory outside its state: its ``_plan`` takes ``key=`` (``Retrieval``)
@@ -200,7 +212,7 @@ class Strategy(ABC):
             request, result = _advance(plan, self._answer(request, read_only))
         assert result is not None
         if not read_only:
-            self._notify(before, result.state)
+            self._notify(before, result, messages)
         return result
 
     async def _adrive(
@@ -227,7 +239,7 @@ class Strategy(ABC):
             request, result = await step(await self._aanswer(request, read_only))
         assert result is not None
         if not read_only:
-            self._notify(before, result.state)
+            self._notify(before, result, messages)
         return result
 
     def _answer(self, request: Request, read_only: bool) -> Any:
@@ -261,9 +273,18 @@ class Strategy(ABC):
 
     # -- callbacks --------------------------------------------------------------------------------
 
-    def _notify(self, before: MemoryState, after: MemoryState) -> None:
-        """Tell the callbacks what changed; an exception in a callback never breaks the turn."""
+    def _notify(
+        self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
+    ) -> None:
+        """Tell the callbacks what changed; an exception in a callback never breaks the turn.
+        The messages added are those after the ones ``before`` saw (all of them when the
+        history was rewritten underneath)."""
+        after = result.state
         calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        if self.on_turn_added is not None:
+            seen = 0 if result.report.history_rewritten else min(before.seen, len(messages))
+            if len(messages) > seen:
+                calls.append((self.on_turn_added, (tuple(messages[seen:]),)))
         if self.on_summary_updated is not None and before.summary != after.summary:
             calls.append((self.on_summary_updated, (before.sections, after.sections)))
         if self.on_health_changed is not None and before.health != after.health:

@@ -25,7 +25,14 @@ from langmem_ext.core.fold import FoldConfig, Placement, SummaryOverflow, plan_f
 from langmem_ext.core.plan import CutConfig, Overflow, StartOn, ViewLimits, plan_cut, require_int
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
-from langmem_ext.strategies.engine import HealthCallback, Plan, Strategy, SummaryCallback, finished
+from langmem_ext.strategies.engine import (
+    HealthCallback,
+    Plan,
+    Strategy,
+    SummaryCallback,
+    TurnCallback,
+    finished,
+)
 from langmem_ext.strategies.summarize import Summarizer, SummarizerLike
 
 __all__ = ["Compacting", "SlidingWindow", "SummaryBuffer", "TieredSummary", "TokenBudget"]
@@ -192,7 +199,10 @@ class _Summarizing(Strategy):
         counter: CounterLike,
         on_summary_updated: SummaryCallback | None,
         on_health_changed: HealthCallback | None,
+        on_turn_added: TurnCallback | None,
         clock: Callable[[], float] | None,
+        max_messages: int | None,
+        keep_messages: int | None,
         **fold: Any,
     ) -> None:
         """Resolve the counter and summarizer, then build the fold config from ``fold``.
@@ -229,6 +239,8 @@ class _Summarizing(Strategy):
             )
         self.on_summary_updated = on_summary_updated
         self.on_health_changed = on_health_changed
+        self.on_turn_added = on_turn_added
+        fold.update(_message_triggers(max_messages, keep_messages, fold["min_messages"]))
         if clock is not None:
             self.clock = clock
         if max_summary_tokens >= fold["trigger_tokens"]:
@@ -262,6 +274,28 @@ class _Summarizing(Strategy):
         return plan_fold(messages, state, _reserving(self.config, extra), self.counter, now)
 
 
+def _message_triggers(
+    max_messages: int | None, keep_messages: int | None, min_messages: int
+) -> dict[str, int | None]:
+    """The fold config's message-count trigger: fold when more than ``max_messages`` messages
+    are unfolded, down to ``keep_messages`` (default: half of ``max_messages``, at least
+    ``min_messages``). Errors name the strategy's parameters, not the config's fields."""
+    if max_messages is None:
+        if keep_messages is not None:
+            raise ValueError("keep_messages needs max_messages (the count that triggers a fold)")
+        return {"trigger_messages": None, "target_messages": None}
+    require_int("max_messages", max_messages, 2)
+    if keep_messages is None:
+        keep_messages = max(max_messages // 2, min_messages, 1)
+    require_int("keep_messages", keep_messages, 1)
+    if not max(min_messages, 1) <= keep_messages < max_messages:
+        raise ValueError(
+            f"need min_messages ({min_messages}) <= keep_messages ({keep_messages}) < "
+            f"max_messages ({max_messages}): a fold goes down to keep_messages"
+        )
+    return {"trigger_messages": max_messages, "target_messages": keep_messages}
+
+
 _SUMMARIZING_ARGS_DOC = """
     Shared arguments (every summarizing strategy):
         summarizer: a :class:`~langmem_ext.strategies.summarize.Summarizer`, or a chat model /
@@ -277,8 +311,13 @@ _SUMMARIZING_ARGS_DOC = """
         overflow: when summary + ``min_messages`` + the newest human message cannot fit:
             ``"truncate_summary"`` (default), ``"truncate_oldest"`` or ``"error"``
             (:class:`~langmem_ext.errors.MemoryBudgetExceeded`).
+        max_messages, keep_messages: a message-count trigger beside the token one (LangChain's
+            ``("messages", n)``): fold when more than ``max_messages`` messages are unfolded,
+            down to ``keep_messages`` (default ``max_messages // 2``); whichever trigger is
+            passed first fires, and ``report.trigger`` says which (``"tokens"`` or
+            ``"messages"``).
         degrade_after, retry_initial, retry_max: the failure policy below.
-        on_summary_updated, on_health_changed: callbacks, see below.
+        on_summary_updated, on_health_changed, on_turn_added: callbacks, see below.
         clock: where ``now`` comes from (``time.time`` by default; replace it in tests).
 """
 
@@ -291,7 +330,15 @@ _FAILURE_DOC = """
     passed; the first success makes it ``"healthy"`` again.
 
     ``on_summary_updated(old, new)`` and ``on_health_changed(old, new)`` are called after a turn
-    that changed them; an exception in a callback is logged and never breaks the turn.
+    that changed them, ``on_turn_added(messages)`` after a call that saw new messages (the
+    messages added since the previous call, oldest first); an exception in a callback is logged
+    and never breaks the turn.
+
+    Long agent turns: when one request is followed by more tool rounds than fit, the oldest whole
+    rounds of that turn are folded (an in-flight call never is) and the request stays in every
+    view, verbatim, right after the summary; ``report.not_shown`` is 0 while the summarizer is
+    healthy. ``templates=["task"]`` on the :class:`~langmem_ext.strategies.summarize.Summarizer`
+    keeps a summary fit for such turns (progress, files touched, results, open problems).
 """
 
 _SUMMARIZING_DOC = _SUMMARIZING_ARGS_DOC + _FAILURE_DOC
@@ -336,8 +383,11 @@ class SummaryBuffer(_Summarizing):
         degrade_after: int = 3,
         retry_initial: float = 2.0,
         retry_max: float = 300.0,
+        max_messages: int | None = None,
+        keep_messages: int | None = None,
         on_summary_updated: SummaryCallback | None = None,
         on_health_changed: HealthCallback | None = None,
+        on_turn_added: TurnCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
@@ -347,7 +397,10 @@ class SummaryBuffer(_Summarizing):
             counter=counter,
             on_summary_updated=on_summary_updated,
             on_health_changed=on_health_changed,
+            on_turn_added=on_turn_added,
             clock=clock,
+            max_messages=max_messages,
+            keep_messages=keep_messages,
             max_tokens=max_tokens,
             trigger_tokens=max_tokens,
             target_tokens=target_tokens,
@@ -397,8 +450,11 @@ class Compacting(_Summarizing):
         degrade_after: int = 3,
         retry_initial: float = 2.0,
         retry_max: float = 300.0,
+        max_messages: int | None = None,
+        keep_messages: int | None = None,
         on_summary_updated: SummaryCallback | None = None,
         on_health_changed: HealthCallback | None = None,
+        on_turn_added: TurnCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
@@ -412,7 +468,10 @@ class Compacting(_Summarizing):
             counter=counter,
             on_summary_updated=on_summary_updated,
             on_health_changed=on_health_changed,
+            on_turn_added=on_turn_added,
             clock=clock,
+            max_messages=max_messages,
+            keep_messages=keep_messages,
             max_tokens=max_tokens,
             trigger_tokens=max_tokens,
             target_tokens=int(max_tokens * target_ratio),
@@ -469,8 +528,11 @@ class TieredSummary(_Summarizing):
         degrade_after: int = 3,
         retry_initial: float = 2.0,
         retry_max: float = 300.0,
+        max_messages: int | None = None,
+        keep_messages: int | None = None,
         on_summary_updated: SummaryCallback | None = None,
         on_health_changed: HealthCallback | None = None,
+        on_turn_added: TurnCallback | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
@@ -485,7 +547,10 @@ class TieredSummary(_Summarizing):
             counter=counter,
             on_summary_updated=on_summary_updated,
             on_health_changed=on_health_changed,
+            on_turn_added=on_turn_added,
             clock=clock,
+            max_messages=max_messages,
+            keep_messages=keep_messages,
             max_tokens=max_tokens,
             trigger_tokens=int(max_tokens * tier2_ratio),
             target_tokens=int(max_tokens * target_ratio),

@@ -774,9 +774,11 @@ class Retrieval(Strategy):
         picked = self._fuse(turns, passages, indexing.shown)
         return self._compose(inner, after, picked, errors, count)
 
-    def _notify(self, before: MemoryState, after: MemoryState) -> None:
+    def _notify(
+        self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
+    ) -> None:
         """The callbacks are the inner strategy's (Retrieval adds none of its own)."""
-        self.inner._notify(before, after)
+        self.inner._notify(before, result, messages)
 
     # -- whose memory -----------------------------------------------------------------------------
 

@@ -97,6 +97,15 @@ TEMPLATES: dict[str, str] = {
         "they asked to be remembered, one item per line. Merge the new transcript into the "
         "previous profile; update what changed."
     ),
+    # for long agent turns (one request, many tool rounds): what an agent needs to carry on
+    "task": (
+        "Keep the progress on the current task, for the agent that is doing it: the task as "
+        "asked; decisions taken and why; files, pages, records and other resources read or "
+        "changed (exact paths, names and identifiers); commands and tool calls that mattered, "
+        "with their results, exact numbers and error messages; what was tried and failed, and "
+        "why; what is done; what remains and the next step. Merge the new transcript into the "
+        "previous summary; keep what is still true; do not repeat tool output verbatim."
+    ),
 }
 
 _SYSTEM = (
@@ -458,7 +467,8 @@ class Summarizer:
         model: a LangChain chat model (ChatOpenAI, ChatAnthropic, any ``BaseChatModel``), a
             ``"provider:model"`` string (needs the ``langchain`` package), or a callable taking
             the prompt messages and returning text (sync, or async for the async API).
-        templates: built-in section templates (``"conversation"``, ``"facts"``, ``"profile"``),
+        templates: built-in section templates (``"conversation"``, ``"facts"``, ``"profile"``,
+            ``"task"`` for long agent turns),
             one or several; each is its own section of the summary with its own budget.
         max_summary_tokens: the budget of the whole summary, shared evenly by the sections (or a
             mapping section -> tokens). Passed to the model as its output limit where it has one,
