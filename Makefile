@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.summaries $(BENCH_ARGS)
 	$(BIN)/python -m bench.growth $(BENCH_ARGS)
 	$(BIN)/python -m bench.retrieval $(BENCH_ARGS)
+	$(BIN)/python -m bench.agent_turns $(BENCH_ARGS)
 
 ci: lint test
 

@@ -40,11 +40,11 @@ import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -67,10 +67,15 @@ __all__ = [
     "FULL",
     "QUICK",
     "MarkerTrackingSummarizer",
+    "ModelCall",
     "SummariesConfig",
+    "ToolSettings",
+    "ViewTracker",
+    "drive",
     "main",
     "render_markdown",
     "run_summaries",
+    "tool_factories",
     "write_results",
 ]
 
@@ -110,6 +115,20 @@ FULL = SummariesConfig(
     timing_reps=3,
 )
 QUICK = replace(FULL, mode="quick", loop_n=300, timing_reps=1)
+
+
+class ToolSettings(Protocol):
+    """What the tool builders read from a config: :class:`SummariesConfig`, or the config of
+    another benchmark that drives the same tools (``bench.agent_turns``)."""
+
+    @property
+    def budgets(self) -> tuple[int, ...]: ...
+
+    @property
+    def max_summary_tokens(self) -> int: ...
+
+    @property
+    def summary_fill(self) -> float: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,7 +302,7 @@ class Tool:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _langmem_ext_tool(kind: str, budget: int, config: SummariesConfig) -> Tool:
+def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
     from langmem_ext import ApproximateCounter, Compacting, SummaryBuffer, TieredSummary
 
     fake = MarkerTrackingSummarizer()
@@ -330,7 +349,7 @@ def _langmem_ext_tool(kind: str, budget: int, config: SummariesConfig) -> Tool:
     return tool
 
 
-def _other_library_fake(config: SummariesConfig) -> MarkerTrackingSummarizer:
+def _other_library_fake(config: ToolSettings) -> MarkerTrackingSummarizer:
     """The fake summarizer of the langmem and langchain tools: both get the same summary size,
     ``summary_fill`` of ``config.max_summary_tokens``."""
     return MarkerTrackingSummarizer(
@@ -338,7 +357,7 @@ def _other_library_fake(config: SummariesConfig) -> MarkerTrackingSummarizer:
     )
 
 
-def _langmem_tool(budget: int, config: SummariesConfig) -> Tool:
+def _langmem_tool(budget: int, config: ToolSettings) -> Tool:
     from langmem.short_term import RunningSummary, summarize_messages
 
     fake = _other_library_fake(config)
@@ -369,7 +388,7 @@ def _langmem_tool(budget: int, config: SummariesConfig) -> Tool:
     )
 
 
-def _middleware_tool(budget: int, config: SummariesConfig) -> Tool:
+def _middleware_tool(budget: int, config: ToolSettings) -> Tool:
     from langchain.agents.middleware import SummarizationMiddleware
     from langgraph.graph.message import add_messages
 
@@ -410,7 +429,7 @@ def _middleware_tool(budget: int, config: SummariesConfig) -> Tool:
     )
 
 
-def tool_factories(config: SummariesConfig) -> list[Callable[[], Tool]]:
+def tool_factories(config: ToolSettings) -> list[Callable[[], Tool]]:
     """One factory per configuration: each call builds a fresh tool (state, fake, counter)."""
     factories: list[Callable[[], Tool]] = []
     for budget in config.budgets:
@@ -429,11 +448,83 @@ def _newest_human(history: Sequence[BaseMessage]) -> BaseMessage | None:
     return next((m for m in reversed(history) if isinstance(m, HumanMessage)), None)
 
 
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call of a drive: the history (the live list, grown before each call), the
+    messages added since the previous call, the tool's view, the tool's time without the fake
+    summarizer's, and whether the tool called the summarizer."""
+
+    history: Sequence[BaseMessage]
+    new: Sequence[BaseMessage]
+    view: list[BaseMessage]
+    seconds: float
+    summarized: bool
+
+
+def drive(tool: Tool, conversation: Conversation, check: Callable[[ModelCall], None]) -> str | None:
+    """Call ``tool.step`` at every model call of ``conversation`` (cyclic GC paused, each call
+    timed) and hand each call to ``check`` (not timed). Returns None, or the error of the call
+    at which the tool gave up (a finding, not a crash: the drive stops there)."""
+    history: list[BaseMessage] = []
+    clock = time.perf_counter
+    with gc_paused():
+        for turn, length in enumerate(conversation.lengths):
+            new = conversation.messages[len(history) : length]
+            history.extend(new)
+            fake_before, calls_before = tool.fake.seconds, tool.fake.calls
+            start = clock()
+            try:
+                view = tool.step(history)
+            except Exception as exc:
+                return f"call {turn + 1}: {type(exc).__name__}: {exc}"[:500]
+            seconds = clock() - start - (tool.fake.seconds - fake_before)
+            check(ModelCall(history, new, view, seconds, tool.fake.calls > calls_before))
+    return None
+
+
+@dataclass
+class ViewTracker:
+    """Where each marked message is at each model call: in the view, read by the summarizer, or
+    neither (*hidden*: out of the view and never read).
+
+    ``add`` every message as it joins the history, then ``update`` after every call with the
+    markers the summarizer read for the first time and the view.
+    """
+
+    #: in the history, unread, and in the view when last looked
+    pending: set[int] = field(default_factory=set)
+    #: out of the view and unread now (a message read later, or back in the view, leaves it)
+    hidden: set[int] = field(default_factory=set)
+    #: every message that was ever hidden: it left the view before the summarizer read it
+    left_unseen: set[int] = field(default_factory=set)
+
+    def add(self, message: BaseMessage) -> None:
+        number = _marker(message)
+        if number is not None:
+            self.pending.add(number)
+
+    def update(self, fresh: Iterable[int], view: Sequence[BaseMessage]) -> int:
+        """Record one call; returns how many messages are hidden at it."""
+        read = set(fresh)
+        self.pending -= read
+        self.hidden -= read
+        in_view = {n for n in map(_marker, view) if n is not None}
+        back = self.hidden & in_view
+        if back:
+            self.hidden -= back
+            self.pending |= back
+        gone = self.pending - in_view
+        if gone:
+            self.left_unseen |= gone
+            self.hidden |= gone
+            self.pending -= gone
+        return len(self.hidden)
+
+
 def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
     """Drive ``tool`` over the loop; time it; check every view (the checks are not timed)."""
     from langmem_ext import validate
 
-    history: list[BaseMessage] = []
     per_call: list[float] = []
     view_tokens: list[int] = []
     over: list[int] = []
@@ -445,53 +536,38 @@ def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
     summarizing: list[bool] = []
     clipped_views = 0
     previous: list[BaseMessage] | None = None
-    pending: set[int] = set()  # markers added, not yet read by the summarizer, still in view
-    left_unseen: set[int] = set()  # markers that left the view before the summarizer read them
-    error: str | None = None
-    clock = time.perf_counter
-    with gc_paused():
-        for turn, length in enumerate(conversation.lengths):
-            for message in conversation.messages[len(history) : length]:
-                history.append(message)
-                number = _marker(message)
-                if number is not None:
-                    pending.add(number)
-            fake_before, calls_before = tool.fake.seconds, tool.fake.calls
-            start = clock()
-            try:
-                view = tool.step(history)
-            except Exception as exc:  # a tool that gives up is a finding, not a crash
-                error = f"call {turn + 1}: {type(exc).__name__}: {exc}"[:500]
-                break
-            per_call.append(clock() - start - (tool.fake.seconds - fake_before))
-            summarized = tool.fake.calls > calls_before
-            summarizing.append(summarized)
-            # -- checks (untimed) -------------------------------------------------------------
-            tokens = count_tokens_approximately(view)
-            view_tokens.append(tokens)
-            if tokens > tool.max_tokens:
-                over.append(tokens - tool.max_tokens)
-            errors = [f for f in validate(view) if f.severity == "error"]
-            if errors:
-                broken += 1
-                kinds.update({f.kind for f in errors})
-            human = _newest_human(history)
-            if human is not None and not any(m is human or m == human for m in view):
-                newest_missing += 1
-            if previous is not None:
-                if is_prefix(previous, view):
-                    prefix_kept += 1
-                else:
-                    breaks["summarizing" if summarized else "other"] += 1
-            previous = view
-            if tool.family == "langmem_ext" and any(_CLIP_NOTE in _text(m) for m in view):
-                clipped_views += 1
-            pending.difference_update(tool.fake.take_fresh())
-            in_view = {n for n in map(_marker, view) if n is not None}
-            gone = pending - in_view
-            if gone:
-                left_unseen |= gone
-                pending -= gone
+    tracker = ViewTracker()
+
+    def check(call: ModelCall) -> None:
+        nonlocal broken, newest_missing, prefix_kept, clipped_views, previous
+        view = call.view
+        for message in call.new:
+            tracker.add(message)
+        per_call.append(call.seconds)
+        summarizing.append(call.summarized)
+        tokens = count_tokens_approximately(view)
+        view_tokens.append(tokens)
+        if tokens > tool.max_tokens:
+            over.append(tokens - tool.max_tokens)
+        errors = [f for f in validate(view) if f.severity == "error"]
+        if errors:
+            broken += 1
+            kinds.update({f.kind for f in errors})
+        human = _newest_human(call.history)
+        if human is not None and not any(m is human or m == human for m in view):
+            newest_missing += 1
+        if previous is not None:
+            if is_prefix(previous, view):
+                prefix_kept += 1
+            else:
+                breaks["summarizing" if call.summarized else "other"] += 1
+        previous = view
+        if tool.family == "langmem_ext" and any(_CLIP_NOTE in _text(m) for m in view):
+            clipped_views += 1
+        tracker.update(tool.fake.take_fresh(), view)
+
+    error = drive(tool, conversation, check)
+    left_unseen = tracker.left_unseen
     seen = tool.fake.seen
     body = conversation.body
     conversation_tokens = count_tokens_approximately(list(body))
