@@ -196,6 +196,7 @@ class FoldConfig(ViewLimits):
         """The cutting stage's config for the view under ``max_tokens`` (the shared limits as
         they are here, then ``changes``)."""
         limits = {f.name: getattr(self, f.name) for f in fields(ViewLimits)}
+        limits["clip_request_last"] = True  # a huge tool result is clipped before the request
         return CutConfig(max_tokens=self.max_tokens, **{**limits, **changes})
 
 

@@ -120,6 +120,9 @@ class CutConfig(ViewLimits):
     target_tokens: int | None = None
     max_messages: int | None = None
     overflow: Overflow = "error"
+    #: ``overflow="clip"``: clip the newest human message first (chat: it is what overflows),
+    #: or last (the fold stage: a long turn's request stays verbatim unless it alone is over)
+    clip_request_last: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "target_tokens", "max_messages"):
@@ -627,7 +630,7 @@ def _overflow(
     count = walk.count
     excess = needed - available
     clipped: list[str] = []
-    for p, i in _clip_order(walk, required):
+    for p, i in _clip_order(walk, required, request_last=config.clip_request_last):
         if excess <= 0:
             break
         original = walk.units[p].unit.messages[i]
@@ -648,9 +651,11 @@ def _overflow(
     return tuple(clipped)
 
 
-def _clip_order(walk: _Walk, required: list[int]) -> list[tuple[int, int]]:
+def _clip_order(
+    walk: _Walk, required: list[int], *, request_last: bool = False
+) -> list[tuple[int, int]]:
     """The required messages as (walk position, index in unit), in the order they are clipped:
-    the newest human message first, then the largest."""
+    the newest human message first (last with ``request_last``), then the largest."""
     slots = [(p, i) for p in required for i in range(len(walk.units[p].unit.messages))]
 
     def message(slot: tuple[int, int]) -> BaseMessage:
@@ -659,7 +664,7 @@ def _clip_order(walk: _Walk, required: list[int]) -> list[tuple[int, int]]:
     humans = [s for s in slots if isinstance(message(s), HumanMessage)]
     newest = [min(humans, key=lambda s: (s[0], -s[1]))] if humans else []
     rest = sorted((s for s in slots if s not in newest), key=lambda s: -walk.count(message(s)))
-    return newest + rest
+    return rest + newest if request_last else newest + rest
 
 
 def _overflow_error(
