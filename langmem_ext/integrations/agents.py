@@ -34,7 +34,7 @@ from langmem_ext.core._state import removals_for_rewrite as removals
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.integrations.graph import Mode
+from langmem_ext.integrations.graph import Mode, check_surface_args
 from langmem_ext.strategies.engine import Strategy
 
 __all__ = ["MemoryMiddleware", "MemoryMiddlewareState"]
@@ -72,12 +72,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
         self, strategy: Strategy, *, mode: Mode = "view", require_explicit_key: bool = False
     ) -> None:
         super().__init__()
-        if not isinstance(strategy, Strategy):
-            raise TypeError(
-                f"MemoryMiddleware needs a langmem_ext strategy, got {type(strategy).__name__}"
-            )
-        if mode not in ("view", "rewrite"):
-            raise ValueError(f"mode must be 'view' or 'rewrite', got {mode!r}")
+        check_surface_args("MemoryMiddleware", strategy, mode)
         self.strategy = strategy
         self.mode: Mode = mode
         self.require_explicit_key = require_explicit_key

@@ -117,6 +117,17 @@ def _get(state: Any, key: str) -> Any:
     return getattr(state, key, None)
 
 
+def check_surface_args(surface: str, strategy: object, mode: object) -> None:
+    """What every graph surface checks first: a langmem_ext strategy and a known mode."""
+    if not isinstance(strategy, Strategy):
+        raise TypeError(
+            f"{surface} needs a langmem_ext strategy (TokenBudget, SummaryBuffer, ...), "
+            f"got {type(strategy).__name__}"
+        )
+    if mode not in ("view", "rewrite"):
+        raise ValueError(f"mode must be 'view' or 'rewrite', got {mode!r}")
+
+
 class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
     """Run ``strategy`` on the graph's messages; write the view and the new memory state.
 
@@ -147,13 +158,7 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         require_explicit_key: bool = False,
         check_schema: bool = True,
     ) -> None:
-        if not isinstance(strategy, Strategy):
-            raise TypeError(
-                f"MemoryNode needs a langmem_ext strategy (TokenBudget, SummaryBuffer, ...), "
-                f"got {type(strategy).__name__}"
-            )
-        if mode not in ("view", "rewrite"):
-            raise ValueError(f"mode must be 'view' or 'rewrite', got {mode!r}")
+        check_surface_args("MemoryNode", strategy, mode)
         self.strategy = strategy
         self.mode: Mode = mode
         self.messages_key = messages_key
