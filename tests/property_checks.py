@@ -90,9 +90,10 @@ def is_marked_clipped(message: BaseMessage) -> bool:
     return isinstance(meta, dict) and "clipped_from_tokens" in meta
 
 
-def shown_indices(run: Run, turn: Turn) -> list[int]:
-    """History indices of the view's body, checking each body message is the original message,
-    a TieredSummary clipped form of it (older than the clip point), or a marked clipped copy."""
+def shown_indices(run: Run, turn: Turn, *, equal_copies: bool = False) -> list[int]:
+    """History indices of the view's body, checking each body message is the original message
+    (or, with ``equal_copies``, an equal copy), a TieredSummary clipped form of it (older than
+    the clip point), or a marked clipped copy."""
     assert turn.result is not None
     state = turn.result.state
     out = []
@@ -101,7 +102,7 @@ def shown_indices(run: Run, turn: Turn) -> list[int]:
         i = marker(v)
         original = turn.history[i]
         out.append(i)
-        if v is original:
+        if v is original or (equal_copies and v.model_dump() == original.model_dump()):
             continue
         if is_marked_clipped(v):
             assert run.case.get("overflow") != "error"
@@ -610,24 +611,7 @@ def in_flight_index(history: Sequence[BaseMessage]) -> int | None:
 def long_turn_shown(run: Run, turn: Turn) -> list[int]:
     """History indices of the view's body, as :func:`shown_indices`, except that an equal copy
     of a message counts as the message (the pinned request may be shown as a copy)."""
-    assert turn.result is not None
-    state = turn.result.state
-    out = []
-    for v in view_body(turn.result.messages):
-        assert TAG in v.response_metadata, f"a message not from the history: {v!r}"
-        i = marker(v)
-        original = turn.history[i]
-        out.append(i)
-        if v is original or v.model_dump() == original.model_dump():
-            continue
-        if is_marked_clipped(v):
-            assert run.case.get("overflow") != "error"
-            continue
-        assert run.case.kind == "tiered", f"message {i} changed in the view"
-        assert i < turn.bs + state.clipped, (i, turn.bs, state.clipped)
-        expected = tier_clipped(original, run.case.get("truncate_chars"))
-        assert v.model_dump() == expected.model_dump(), f"message {i} is not its clipped form"
-    return out
+    return shown_indices(run, turn, equal_copies=True)
 
 
 def long_turn_required(run: Run, history: Sequence[BaseMessage], b: int) -> list[BaseMessage]:
