@@ -17,14 +17,16 @@ a unique marker ``m<N>:`` (as in ``bench.summaries``).
 A **model call** happens before every AIMessage: after each request and after each round's
 results. At every call each tool is asked for the view the model would receive:
 
-* langmem_ext ``SummaryBuffer``, ``Compacting``, ``TieredSummary``: ``strategy.apply(history,
+* langmem_ext ``SummaryBuffer``, ``Compacting``, ``TieredSummary`` (tool-round digests as its
+  first tier) and ``ToolDigest`` (digests only, no summarizer): ``strategy.apply(history,
   previous_state)``;
 * langmem ``summarize_messages`` and langchain ``SummarizationMiddleware``: driven exactly as
   ``bench.summaries`` drives them (the same builders, imported from there).
 
 Each tool has its own instance of the same fake summarizer (``MarkerTrackingSummarizer``), which
 records the markers it reads. So at each call we know, for every message of the history, whether
-it is in the view, was read by a summarizer call, or neither (*left unseen*). Token figures use
+it is in the view (verbatim, or inside a tool-round digest, which carries the marker of every
+message of its round), was read by a summarizer call, or neither (*left unseen*). Token figures use
 langchain-core ``count_tokens_approximately`` (``langmem_ext.ApproximateCounter`` counts the same).
 """
 
@@ -39,6 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,7 @@ from bench.summaries import (
     ModelCall,
     Tool,
     ViewTracker,
+    _langmem_ext_tool,
     _mark,
     _newest_human,
     _source,
@@ -335,6 +339,11 @@ def _aggregate(per_conversation: dict[str, dict[str, Any]]) -> dict[str, Any]:
 # the run
 
 
+def digest_factories(config: AgentTurnsConfig) -> list[Callable[[], Tool]]:
+    """``ToolDigest`` (no summarizer) at every budget, beside the summarizing tools."""
+    return [partial(_langmem_ext_tool, "ToolDigest", budget, config) for budget in config.budgets]
+
+
 def run_agent_turns(
     config: AgentTurnsConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
@@ -354,7 +363,7 @@ def run_agent_turns(
             f"{shape['huge_results']} huge results"
         )
     tools: dict[str, dict[str, Any]] = {}
-    for factory in tool_factories(config):
+    for factory in [*tool_factories(config), *digest_factories(config)]:
         per_conversation: dict[str, dict[str, Any]] = {}
         begun = time.perf_counter()
         for name, conversation in conversations.items():
@@ -473,7 +482,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{cfg['huge_tokens'][0]:,}–{cfg['huge_tokens'][1]:,} tokens. Every message has an id "
         "and a unique marker `m<N>:` at the start of its text. Before every model call (before "
         "every AIMessage) each tool is asked for the model's view: langmem_ext strategies by "
-        "`strategy.apply(history, previous_state)`, langmem's `summarize_messages` and "
+        "`strategy.apply(history, previous_state)` (`ToolDigest` has no summarizer: what it "
+        "cuts is left unseen by design; a message inside a tool-round digest counts as in the "
+        "view, since the digest carries its marker and gist), langmem's `summarize_messages` and "
         "langchain's `SummarizationMiddleware` as `bench.summaries` drives them. Each tool has "
         "its own instance of the same deterministic fake summarizer, which answers "
         f"{cfg['summary_fill']:.0%} of the summary budget ({cfg['max_summary_tokens']:,} tokens; "

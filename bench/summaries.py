@@ -164,6 +164,18 @@ def _marker(message: BaseMessage) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _markers_shown(message: BaseMessage) -> list[int]:
+    """The markers of the history messages ``message`` shows: its own, or, for a tool-round
+    digest (langmem_ext ``ToolDigest`` / ``TieredSummary``), every message of the round (each
+    text in a digest starts with its message's marker)."""
+    from langmem_ext.core.digest import is_digest
+
+    if is_digest(message):
+        return [int(n) for n in _LEADING_MARKER.findall(_text(message))]
+    number = _marker(message)
+    return [] if number is None else [number]
+
+
 @dataclass(frozen=True)
 class Conversation:
     """The loop, marked once: ``messages[:length]`` is the history at each model call."""
@@ -303,11 +315,19 @@ class Tool:
 
 
 def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
-    from langmem_ext import ApproximateCounter, Compacting, SummaryBuffer, TieredSummary
+    from langmem_ext import (
+        ApproximateCounter,
+        Compacting,
+        SummaryBuffer,
+        TieredSummary,
+        ToolDigest,
+    )
 
     fake = MarkerTrackingSummarizer()
-    strategy: SummaryBuffer | Compacting | TieredSummary
-    if kind == "SummaryBuffer":
+    strategy: SummaryBuffer | Compacting | TieredSummary | ToolDigest
+    if kind == "ToolDigest":  # no summarizer: the fake is never called
+        strategy = ToolDigest(budget, counter=ApproximateCounter())
+    elif kind == "SummaryBuffer":
         strategy = SummaryBuffer(
             budget,
             summarizer=fake,
@@ -323,7 +343,7 @@ def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
             max_summary_tokens=config.max_summary_tokens,
             counter=ApproximateCounter(),
         )
-    summary_budget = strategy.config.max_summary_tokens
+    summary_budget = getattr(strategy.config, "max_summary_tokens", 0)
     fake.summary_tokens = int(summary_budget * config.summary_fill)
     tool = Tool(
         key=f"langmem_ext_{kind}_{budget}",
@@ -508,7 +528,7 @@ class ViewTracker:
         read = set(fresh)
         self.pending -= read
         self.hidden -= read
-        in_view = {n for n in map(_marker, view) if n is not None}
+        in_view = {n for m in view for n in _markers_shown(m)}
         back = self.hidden & in_view
         if back:
             self.hidden -= back

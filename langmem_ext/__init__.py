@@ -42,6 +42,7 @@ from langmem_ext.strategies.presets import (
     SummaryBuffer,
     TieredSummary,
     TokenBudget,
+    ToolDigest,
 )
 from langmem_ext.strategies.retrieval import Retrieval, RetrievalConfig
 from langmem_ext.strategies.summarize import Summarizer
@@ -85,6 +86,7 @@ __all__ = [
     "TokenBudget",
     "TokenCounter",
     "TokenizerUnavailableError",
+    "ToolDigest",
     "Unit",
     "__version__",
     "as_counter",

@@ -37,6 +37,7 @@ from property_harness import (
 
 from langmem_ext import Unit, split_units, validate
 from langmem_ext.core._identity import key_at
+from langmem_ext.core.digest import DIGEST_ID_PREFIX, digest_text, is_digest
 from langmem_ext.core.fold import render_summary
 from langmem_ext.core.messages import clip_message
 
@@ -98,6 +99,9 @@ def shown_indices(run: Run, turn: Turn, *, equal_copies: bool = False) -> list[i
     state = turn.result.state
     out = []
     for v in view_body(turn.result.messages):
+        if is_digest(v):
+            out.extend(digest_indices(run, turn, v))
+            continue
         assert TAG in v.response_metadata, f"a message not from the history: {v!r}"
         i = marker(v)
         original = turn.history[i]
@@ -114,6 +118,28 @@ def shown_indices(run: Run, turn: Turn, *, equal_copies: bool = False) -> list[i
         assert v.model_dump() == expected.model_dump(), f"message {i} is not its clipped form"
         event("a TieredSummary clipped body")
     return out
+
+
+def digest_indices(run: Run, turn: Turn, v: BaseMessage) -> list[int]:
+    """The history indices a digest in the view stands for (TieredSummary's first tier): a
+    completed tool round (every call answered, no human message in it) before the digest point,
+    named by the key of its first message, whose digest is the one ``digest_text`` makes with the
+    case's ``observation_tokens`` (deterministic: the stored text and a fresh one agree)."""
+    assert turn.result is not None
+    assert run.case.kind == "tiered" and run.case.get("keep_rounds") is not None, v
+    history, state = turn.history, turn.result.state
+    key = str(v.id)[len(DIGEST_ID_PREFIX) :]
+    found = [u for u in split_units(history) if key_at(history, u.start) == key]
+    assert len(found) == 1, f"digest {key} names no round of the history"
+    unit = found[0]
+    assert unit.kind == "tool" and not unit.in_flight, "a round not completed was digested"
+    assert not any(isinstance(m, HumanMessage) for m in unit.messages), "a human was digested"
+    assert unit.start < turn.bs + state.digested, ("digest after the digest point", unit.start)
+    obs = run.case.get("observation_tokens")
+    assert v.content == digest_text(unit, obs, run.strategy.counter.count_text)
+    assert dict(state.digests).get(key) == v.content, "a digest shown is not kept in the state"
+    event("a digested round")
+    return list(range(unit.start, unit.stop))
 
 
 def newest_human_index(history: Sequence[BaseMessage]) -> int:
@@ -157,11 +183,11 @@ def _is_request(message: BaseMessage) -> bool:
 def pinned_index(run: Run, history: Sequence[BaseMessage], bs: int, b: int) -> int | None:
     """The folded human message a view may hold before the unfolded ones (issue 13): the
     newest one before ``b`` when ``history[b:]`` does not start with a human message. The
-    request of a long agent turn whose older rounds were folded stays in every view. None
-    with ``start_on="any"``: such a view may start on any unit."""
-    if run.case.get("start_on", "human") == "any":
-        return None
+    request of a long agent turn whose older rounds were folded stays in every view. With
+    ``start_on="any"`` only while no human message is unfolded (then it is the newest turn's)."""
     if b < len(history) and _is_request(history[b]):
+        return None
+    if run.case.get("start_on", "human") == "any" and any(_is_request(m) for m in history[b:]):
         return None
     return next((i for i in range(b - 1, bs - 1, -1) if _is_request(history[i])), None)
 
@@ -552,8 +578,9 @@ def check_prefix(run: Run, prev: Turn | None, turn: Turn) -> None:
     view is a prefix (same message dumps) of this one when neither turn folded or failed
     (health healthy, report.folded == 0, no rewrite), neither shows a note (not_shown == 0), the
     overflow policy changed nothing (no clipped message, the summary shown in full), and, for
-    TieredSummary, the clip point (state.clipped) did not move: it moves when the view crosses
-    tier 1 and then re-renders older messages in their clipped form (fold.py, tier 1)."""
+    TieredSummary, the clip and digest points (state.clipped, state.digested) did not move: they
+    move when the view crosses tier 1 and then re-render older messages in their clipped or
+    digested form (fold.py, tier 1)."""
     if prev is None or prev.result is None or turn.result is None:
         return
     a, b = prev.result, turn.result
@@ -572,8 +599,21 @@ def check_prefix(run: Run, prev: Turn | None, turn: Turn) -> None:
     )
     if not quiet:
         return
-    if run.case.kind == "tiered" and a.state.clipped != b.state.clipped:
-        event("tiered: clip point moved (prefix may change)")
+    old_body = view_body(a.messages)
+    if (
+        run.case.get("start_on", "human") == "any"
+        and old_body
+        and marker(old_body[0]) < prev.bs + a.state.folded
+        and newest_human_index(turn.history) > newest_human_index(prev.history)
+    ):
+        # start_on="any": the request of a turn folded inside is pinned while it is the newest;
+        # once a newer human message comes, a view may start on any unit and it may leave
+        event("start_on='any': the pinned request of a folded turn left for a newer one")
+        return
+    if run.case.kind == "tiered" and (
+        a.state.clipped != b.state.clipped or a.state.digested != b.state.digested
+    ):
+        event("tiered: clip or digest point moved (prefix may change)")
         return
     assert len(a.messages) <= len(b.messages), "the view got shorter without a fold"
     assert old == new, "the view's prefix changed between folds"

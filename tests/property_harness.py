@@ -141,6 +141,10 @@ def tagged(message: BaseMessage, n: int) -> BaseMessage:
 
 
 def marker(message: BaseMessage) -> int:
+    """The history index of a view message; -1 for a tool-round digest, which stands for a
+    whole round (``property_checks.digest_indices`` reads it)."""
+    if TAG not in message.response_metadata and str(message.id).startswith("langmem-ext-digest:"):
+        return -1
     return int(message.response_metadata[TAG])
 
 
@@ -479,6 +483,8 @@ def cases(
         kwargs["truncate_chars"] = draw(ints(8, 200))
         kwargs["min_messages"] = draw(ints(1, 6))
         kwargs["safety_margin"] = draw(st.sampled_from((0.0, 0.0, 0.1)))
+        kwargs["keep_rounds"] = draw(st.sampled_from((None, 1, 2, 3, 3)))
+        kwargs["observation_tokens"] = draw(st.sampled_from((4, 12, 48)))
     kwargs["reserve_tokens"] = draw(st.sampled_from((0, 0, 10, top // 10)))
     kwargs["placement"] = draw(st.sampled_from(("system", "human")))
     kwargs["overflow"] = draw(st.sampled_from(tuple(overflows)))

@@ -56,6 +56,7 @@ EXPECTED = (
     "TokenBudget",
     "TokenCounter",
     "TokenizerUnavailableError",
+    "ToolDigest",
     "Unit",
     "__version__",
     "as_counter",

@@ -30,6 +30,7 @@ TOOLS = {
     "langmem_ext_TieredSummary_4000",
     "langmem_summarize_messages_4000",
     "langchain_summarization_middleware_4000",
+    "langmem_ext_ToolDigest_4000",
 }
 
 
@@ -67,7 +68,8 @@ def test_agent_turns_core_runs_every_tool_and_fills_every_field(tmp_path: Path) 
     for tool in results["tools"].values():
         total = tool["total"]
         assert total["errors"] == [] and total["model_calls"] == calls  # every call ran
-        assert total["summarizer_calls"] > 0  # the tiny budget makes every tool summarize
+        if tool["label"] != "langmem_ext ToolDigest":  # it has no summarizer
+            assert total["summarizer_calls"] > 0  # the tiny budget makes every tool summarize
         assert all(value is not None for value in total.values())
         assert set(total["goals"].values()) <= {True, False}
         assert 0.0 <= total["request_kept_share"] <= 1.0

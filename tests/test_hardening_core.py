@@ -76,6 +76,8 @@ def full_state() -> MemoryState:
         indexed=5,
         indexed_key="m5",
         indexed_turns=2,
+        digested=4,
+        digests=(("m2", "[langmem_ext digest of an earlier tool round: 1 call, outputs clipped]"),),
     )
 
 
@@ -214,6 +216,7 @@ _COUNTS = {
     "view_tokens",
     "indexed",
     "indexed_turns",
+    "digested",
 }
 _TEXTS = {"seen_key", "cut_key", "folded_key", "last_error", "prefix_key", "indexed_key"}
 
@@ -250,7 +253,7 @@ def _expected(field: str, value: Any) -> tuple[bool, Any]:
     if field == "retry_at":
         ok = value is None or type(value) is int or (type(value) is float and math.isfinite(value))
         return ok, value
-    if field == "summary":
+    if field in ("summary", "digests"):
         pairs = _pairs(value)
         return pairs is not None, pairs
     if field == "version":

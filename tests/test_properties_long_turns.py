@@ -1,5 +1,6 @@
 """Issue 13, long agent turns: property tests of the DESIGN.md section 2 invariants when one human
-request is followed by many tool rounds, for SummaryBuffer, Compacting and TieredSummary.
+request is followed by many tool rounds, for SummaryBuffer, Compacting, TieredSummary (with
+tool-round digests as its first tier) and ToolDigest.
 
 A run (:func:`long_runs`) is 1-3 human requests, each followed by many tool rounds (an AIMessage
 with 1-3 parallel calls, answered by ToolMessages in any order, results of varying size and now
@@ -19,12 +20,13 @@ is shrunk, which takes longer).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from property_checks import (
@@ -45,11 +47,23 @@ from property_harness import (
     Case,
     Run,
     cases,
+    marker,
     property_run_environment,  # noqa: F401 (an autouse fixture: quiet logs, retries do not sleep)
     simulate,
     tagged,
 )
 from strategies_hyp import SNIPPETS, TOOLS, ints
+
+from langmem_ext import (
+    ApproximateCounter,
+    MemoryResult,
+    MemoryState,
+    ToolDigest,
+    split_units,
+    validate,
+)
+from langmem_ext.core._identity import key_at
+from langmem_ext.core.digest import DIGEST_ID_PREFIX, digest_text, is_digest
 
 #: per-call result sizes in characters, one drawn per result: mostly small, some long, and
 #: one in 16 "huge" (6,000 characters: over most of the budgets drawn here)
@@ -152,10 +166,6 @@ def long_runs(
     """A property_harness :class:`Case` (strategy, budgets 300-2,000 approximate tokens,
     summarizer schedule) whose conversation is a long agent turn (:func:`long_turns`)."""
     base = draw(cases(failures=failures, overflows=overflows, max_turns=1))
-    # in-turn folding pins the request, which start_on="any" does not (a known gap, see
-    # test_long_agent_turns.py): the long-turn properties hold for start_on="human", the default
-    kwargs = tuple((k, "human" if k == "start_on" else v) for k, v in base.kwargs)
-    base = replace(base, kwargs=kwargs)
     turns = draw(long_turns())
     return replace(base, turns=turns, deltas=tuple(draw(_DELTAS) for _ in turns))
 
@@ -218,3 +228,104 @@ def test_issue13_apply_and_aapply_agree_call_by_call_in_long_turns(case: Case) -
     for a, b in zip(sync.turns, other.turns, strict=True):
         assert outcome(a) == outcome(b)
         assert call_log(a) == call_log(b)
+
+
+# --------------------------------------------------------------------------------------------
+# ToolDigest: digests with no summarizer
+
+
+def _digest_round(history: list[BaseMessage], view_message: BaseMessage) -> tuple[int, int]:
+    """The (start, stop) of the round a digest in the view stands for, found by its key."""
+    key = str(view_message.id)[len(DIGEST_ID_PREFIX) :]
+    found = [u for u in split_units(history) if key_at(history, u.start) == key]
+    assert len(found) == 1, f"digest {key} names no round"
+    return found[0].start, found[0].stop
+
+
+def _check_tool_digest_call(
+    strategy: ToolDigest, history: list[BaseMessage], result: MemoryResult
+) -> None:
+    view, state, report = result.messages, result.state, result.report
+    assert not [f for f in validate(view) if f.severity == "error"], validate(view)
+    cost = strategy.counter.count_messages(view)
+    assert cost == report.tokens_after <= strategy.config.max_tokens
+    bs = 1 if isinstance(history[0], SystemMessage) else 0
+    shown: list[int] = []
+    units = {u.start: u for u in split_units(history)}
+    for v in view[bs:]:
+        if is_digest(v):
+            start, stop = _digest_round(history, v)
+            unit = units[start]
+            assert unit.kind == "tool" and not unit.in_flight and not unit.has_human
+            assert start < bs + state.digested, "a round after the digest point was digested"
+            assert dict(state.digests)[str(v.id)[len(DIGEST_ID_PREFIX) :]] == v.content
+            assert v.content == digest_text(
+                unit, strategy.config.digest.observation_tokens, strategy.counter.count_text
+            )
+            shown.extend(range(start, stop))
+            event("ToolDigest: a digested round")
+            continue
+        i = marker(v)
+        original = history[i]
+        if v is not original:
+            meta = v.response_metadata.get("langmem_ext")
+            assert isinstance(meta, dict) and "clipped_from_tokens" in meta, "changed in view"
+            event("ToolDigest: a clipped required message")
+        shown.append(i)
+    assert shown == sorted(set(shown)), ("duplicate or reordered", shown)
+    assert len(state.digests) == report.digested
+    # what is not shown was cut oldest first: everything hidden is older than the newest
+    # contiguous run, and the newest request is shown (the head of a gap view)
+    run_start = len(history)
+    while run_start - 1 in shown:
+        run_start -= 1
+    hidden = sorted(set(range(bs, len(history))) - set(shown))
+    assert all(i < run_start for i in hidden), (hidden, run_start)
+    newest = max(i for i, m in enumerate(history) if isinstance(m, HumanMessage))
+    assert newest in shown, "the newest request is not in the view"
+    assert report.messages_dropped == len(hidden)
+
+
+@settings(max_examples=150, **_SETTINGS)
+@given(
+    turns=long_turns(),
+    top=ints(300, 2_000),
+    keep=ints(1, 3),
+    observation=st.sampled_from((4, 12, 48)),
+    trigger=ints(50, 100),
+    target=st.sampled_from((None, 60, 90)),
+)
+def test_issue13_tool_digest_is_valid_within_budget_and_cuts_only_the_oldest(
+    turns: tuple[tuple[BaseMessage, ...], ...],
+    top: int,
+    keep: int,
+    observation: int,
+    trigger: int,
+    target: int | None,
+) -> None:
+    """ToolDigest over random long agent turns, before every model call (state through JSON):
+    the view is valid and within budget; every body message is an original (or, on overflow, a
+    marked clipped copy) or the digest of a completed round before the digest point, the one
+    ``digest_text`` makes and the state keeps; shown messages are in history order; what is not
+    shown is older than the view's newest contiguous run; the newest request is always shown;
+    and ``aapply`` gives the same result."""
+    strategy = ToolDigest(
+        top,
+        keep_rounds=keep,
+        observation_tokens=observation,
+        trigger_tokens=top * trigger // 100,
+        target_tokens=None if target is None else top * target // 100,
+        counter=ApproximateCounter(),
+        overflow="clip",
+    )
+    history: list[BaseMessage] = []
+    state: MemoryState | None = None
+    for group in turns:
+        history.extend(group)
+        result = strategy.apply(history, state)
+        other = asyncio.run(strategy.aapply(history, state))
+        assert [m.model_dump() for m in result.messages] == [m.model_dump() for m in other.messages]
+        assert result.state == other.state and result.report == other.report
+        _check_tool_digest_call(strategy, history, result)
+        state = MemoryState.from_json(result.state.to_json())
+        assert state == result.state

@@ -161,5 +161,6 @@ def test_view_prefix_is_stable_between_folds(case):
     prev: Turn | None = None
     for turn in run.turns:
         check_prefix(run, prev, turn)
-        if turn.result is not None:
-            prev = turn
+        # a turn that raised (MemoryBudgetExceeded) may have committed a fold on the way (the
+        # error carries the state): the next view is not compared with the one before it
+        prev = turn if turn.result is not None else None

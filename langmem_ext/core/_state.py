@@ -209,6 +209,7 @@ def rebase_after_removal(
         cut_index=cut_index,
         cut_key=key_or(cut_index, state.cut_key),
         clipped=max(state.clipped - gone, 0),
+        digested=max(state.digested - gone, 0),
         indexed=indexed,
         indexed_key=key_or(indexed - 1, None) if indexed > 0 else None,
     )

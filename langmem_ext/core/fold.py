@@ -54,23 +54,23 @@ from langmem_ext.core._state import (
     settled,
 )
 from langmem_ext.core._text import longest_prefix_within
+from langmem_ext.core.digest import DigestSettings, Tier1, digest_point
 from langmem_ext.core.messages import (
     Unit,
-    as_standard,
     clip_chars,
     ensure_message,
-    is_system,
+    is_human,
     iter_units_reverse,
     pinned_request,
 )
 from langmem_ext.core.plan import (
     CutConfig,
+    CutTurn,
     Selection,
     ViewLimits,
     _Walk,
     leads,
     require_int,
-    running_total,
     select_view,
 )
 from langmem_ext.core.result import MemoryReport, MemoryResult
@@ -124,6 +124,9 @@ class FoldConfig(ViewLimits):
     #: TieredSummary: clip large bodies of older messages once the view passes this
     clip_tokens: int | None = None
     truncate_chars: int = 2_000
+    #: TieredSummary: past ``clip_tokens``, completed tool rounds older than the newest
+    #: ``keep_rounds`` are shown as digests (:mod:`langmem_ext.core.digest`); None: no digests
+    digest: DigestSettings | None = None
     #: fold when more than this many messages are unfolded (None: the token trigger only)
     trigger_messages: int | None = None
     #: a fold keeps at most this many unfolded messages (with ``trigger_messages``)
@@ -139,6 +142,8 @@ class FoldConfig(ViewLimits):
             require_int(name, getattr(self, name), 1)
         if self.clip_tokens is not None:
             require_int("clip_tokens", self.clip_tokens, 1)
+        if self.digest is not None and self.clip_tokens is None:
+            raise ValueError("digest needs clip_tokens (the tier at which rounds are digested)")
         self._check_message_triggers()
         for name in ("retry_initial", "retry_max"):
             value = getattr(self, name)
@@ -191,6 +196,13 @@ class FoldConfig(ViewLimits):
     def retry_policy(self) -> RetryPolicy:
         """When a failing summarizer is tried again (see :mod:`langmem_ext.core._state`)."""
         return RetryPolicy(self.degrade_after, self.retry_initial, self.retry_max)
+
+    @property
+    def digest_slack(self) -> int:
+        """Tokens of verbatim rounds after the digest point before it may move again: the gap
+        between the two tiers. The point then moves in batches (at a tier crossing, or instead of
+        a fold), not every few rounds, so the prefix holds longer."""
+        return max(self.trigger_tokens - (self.clip_tokens or 0), 0)
 
     def cut(self, **changes: Any) -> CutConfig:
         """The cutting stage's config for the view under ``max_tokens`` (the shared limits as
@@ -258,7 +270,12 @@ def _unfolded_kept(chosen: Selection, b: int, n: int) -> int:
 
 
 def _fold_boundary(
-    turn: _Turn, room: int, shown: Callable[[Unit], Unit] | None, *, in_turn: bool = True
+    turn: _Turn,
+    room: int,
+    shown: Callable[[Unit], Unit] | None,
+    *,
+    in_turn: bool = True,
+    hard_room: int | None = None,
 ) -> int:
     """Where the unfolded part should start after a fold: the oldest unit that may lead a view
     such that everything from it costs at most ``room`` (and holds at most ``target_messages``),
@@ -266,7 +283,10 @@ def _fold_boundary(
     current boundary when there is nothing to fold.
 
     When the newest turn alone does not fit (a long agent turn) and ``in_turn``, the boundary
-    falls between its whole tool rounds instead (:func:`_in_turn_boundary`)."""
+    falls between its whole tool rounds instead (:func:`_in_turn_boundary`). When even the
+    newest ``min_messages`` of the turn cannot fit ``hard_room`` (the whole budget; a huge tool
+    result), they could only be hidden by the overflow policy: every round but the newest unit is
+    folded instead, so nothing is hidden unread."""
     config = turn.config
     units = iter_units_reverse(turn.messages, turn.boundary)
     walk = _Walk(units if shown is None else map(shown, units), turn.counter.count_message)
@@ -275,13 +295,16 @@ def _fold_boundary(
     anchor: int | None = None  # ... and of the unit that leads a view for it
     required: int | None = None
     rounds: list[int] = []  # positions of the newest turn's rounds a boundary may precede
+    oldest_round: int | None = None  # the oldest unfolded round of the newest turn
     while walk.has(position):
         unit = walk.units[position].unit
         enough = walk.cum_size[position] >= config.min_messages
         if human is None and unit.has_human:
             human = position
-        if human is None and enough and unit.kind in ("ai", "tool"):
-            rounds.append(position)
+        if human is None and unit.kind in ("ai", "tool"):
+            oldest_round = position
+            if enough:
+                rounds.append(position)
         if human is not None and leads(unit, config.start_on):
             anchor = position if anchor is None else anchor
             if enough:
@@ -298,13 +321,15 @@ def _fold_boundary(
             config.target_messages is None or walk.cum_size[position] <= config.target_messages
         )
 
-    # in-turn folding pins the request; with start_on="any" nothing is pinned, so the newest
-    # human message is never folded there (it must stay in the view)
-    in_turn = in_turn and config.start_on == "human"
-    if in_turn and rounds and (required is None or not fits(required)):
+    # in-turn folding pins the request of the newest turn (see _Turn.pinned)
+    if in_turn and oldest_round is not None:
         request = turn.pinned() if human is None else walk.units[human].unit.start
         pin = 0 if request is None else turn.counter.count_message(turn.messages[request])
-        return _in_turn_boundary(walk, rounds, lambda p: fits(p, pin))
+        kept = rounds[0] if rounds else oldest_round  # the min_messages run (or all there is)
+        if hard_room is not None and walk.cum_tokens[kept] + pin > hard_room:
+            return walk.units[0].unit.start  # it cannot be shown: fold it rather than hide it
+        if rounds and (required is None or not fits(required)):
+            return _in_turn_boundary(walk, rounds, lambda p: fits(p, pin))
     if required is None:
         return turn.boundary
     best = required
@@ -352,6 +377,11 @@ class _Turn:
     folded_tokens: int
     #: TieredSummary: messages before this index are shown with large bodies clipped
     clip_at: int
+    #: TieredSummary: completed tool rounds before this index are shown as digests
+    digest_at: int = 0
+    #: the digests the state holds (round key -> text), and those shown on this call
+    stored: Mapping[str, str] = field(default_factory=dict)
+    made: dict[str, str] = field(default_factory=dict)
     memo: dict[tuple[object, ...], tuple[Selection, HumanMessage | None] | Exception] = field(
         default_factory=dict
     )
@@ -369,31 +399,32 @@ class _Turn:
         """Where the history stands against ``state``: totals, system message, folded boundary
         (searched for when the history was rewritten) and clip point."""
         n = len(messages)
-        keys = KeyChain(messages)
-        all_tokens, rewritten = running_total(messages, state, counter.count_message, keys)
-        has_system = n > 0 and is_system(ensure_message(messages[0], 0))
-        body_start = 1 if has_system else 0
-        system = as_standard(messages[0]) if has_system and config.keep_system else None
-        assert system is None or isinstance(system, SystemMessage)
+        cut = CutTurn.begin(messages, state, config, counter)
+        keys, body_start = cut.keys, cut.body_start
         boundary, searched = _boundary(messages, body_start, state, keys)
         folded_tokens = state.folded_tokens
         if searched:
             count = counter.count_message
             folded_tokens = sum(count(messages[i]) for i in range(body_start, boundary))
         clip_at = body_start + state.clipped if config.clip_tokens is not None else 0
+        digest_at = body_start + state.digested if config.digest is not None else 0
+        if cut.rewritten or searched:
+            digest_at = boundary  # a rewritten history: start the digest tier afresh
         return cls(
             messages,
             config,
             counter,
             keys,
             body_start,
-            system,
-            all_tokens,
-            rewritten or searched,
+            cut.system,
+            cut.all_tokens,
+            cut.rewritten or searched,
             boundary,
             dict(state.sections),
             folded_tokens,
             min(max(clip_at, boundary), n),
+            min(max(digest_at, boundary), n),
+            dict(state.digests),
         )
 
     @property
@@ -402,12 +433,21 @@ class _Turn:
 
     def pinned(self) -> int | None:
         """The human message the view holds before the unfolded ones (None: they start with
-        one, or ``start_on="any"`` lets a view start on any unit); see :func:`pinned_request`."""
-        if self.config.start_on == "any":
-            return None
-        if self.boundary not in self.pins:
-            self.pins[self.boundary] = pinned_request(self.messages, self.body_start, self.boundary)
-        return self.pins[self.boundary]
+        one); see :func:`pinned_request`. It depends on the boundary alone, so the prefix holds
+        until the next fold. With ``start_on="any"`` (a view may start on any unit) it is held
+        only while no human message is unfolded: it is the request of the newest turn, folded
+        inside that turn; once a newer human message comes, the view holds that one instead."""
+        b = self.boundary
+        if b not in self.pins:
+            pin = pinned_request(self.messages, self.body_start, b)
+            if (
+                pin is not None
+                and self.config.start_on == "any"
+                and any(is_human(ensure_message(self.messages[i], i)) for i in range(b, self.n))
+            ):
+                pin = None
+            self.pins[b] = pin
+        return self.pins[b]
 
     def unfolded_kept(self, chosen: Selection) -> int:
         return _unfolded_kept(chosen, self.boundary, self.n)
@@ -415,21 +455,27 @@ class _Turn:
     def system_tokens(self) -> int:
         return self.counter.count_message(self.system) if self.system is not None else 0
 
+    def tier1(self) -> Tier1:
+        """TieredSummary's first tier as it stands: digests before the digest point, large
+        bodies clipped before the clip point, the pinned request never changed."""
+        config = self.config
+        return Tier1(
+            self.keys,
+            self.counter,
+            config.digest,
+            self.digest_at,
+            self.clip_at,
+            config.truncate_chars if config.clip_tokens is not None else None,
+            exempt=self.pinned(),
+            stored=self.stored,
+            made=self.made,
+        )
+
     def shown(self) -> Callable[[Unit], Unit] | None:
-        """How a unit is shown: with large bodies clipped before the clip point (TieredSummary)."""
-        config, clip_at = self.config, self.clip_at
-        if config.clip_tokens is None or clip_at <= self.boundary:
-            return None
-
-        def shown(unit: Unit) -> Unit:
-            if unit.start >= clip_at:
-                return unit
-            clipped = tuple(clip_chars(m, config.truncate_chars) for m in unit.messages)
-            if all(a is c for a, c in zip(clipped, unit.messages, strict=True)):
-                return unit
-            return replace(unit, messages=clipped)
-
-        return shown
+        """How a unit is shown (TieredSummary's first tier), or None when every unit is shown
+        as it is."""
+        tier = self.tier1()
+        return tier if tier.active(self.boundary) else None
 
     def leading(
         self, note: str, summary: Mapping[str, str]
@@ -457,7 +503,15 @@ class _Turn:
         the summary; memoized, since a turn asks the same twice."""
         parts = self.sections if summary is None else summary
         start, pinned = self.boundary, self.pinned()
-        key = (start, pinned, note, tuple(parts.items()), tuple(sorted(cut.items())), self.clip_at)
+        key = (
+            start,
+            pinned,
+            note,
+            tuple(parts.items()),
+            tuple(sorted(cut.items())),
+            self.clip_at,
+            self.digest_at,
+        )
         if key not in self.memo:
             system, human_summary = self.leading(note, parts)
             extra = self.counter.count_message(human_summary) if human_summary is not None else 0
@@ -520,15 +574,32 @@ class _Turn:
         if not past_tier1 or (last_view_tokens > tier1 and not over):
             return False, over
         keep_from = _fold_boundary(self, 0, shown=None, in_turn=False)
-        if keep_from <= self.clip_at:
-            return False, over
-        # the prefix only changes if a newly covered message is actually clipped
-        moved = any(
+        # the prefix only changes if a newly covered message is actually clipped or digested
+        moved = keep_from > self.clip_at and any(
             clip_chars(m, config.truncate_chars) is not m
             for m in self.messages[self.clip_at : keep_from]
         )
-        self.clip_at = keep_from
-        return moved, self.over_trigger()
+        self.clip_at = max(self.clip_at, keep_from)
+        if config.digest is not None and self._verbatim_tokens() > config.digest_slack:
+            fixed = self.counter.count_messages(()) + self.system_tokens()
+            target = digest_point(
+                self.messages,
+                self.digest_at,
+                config.digest.keep_rounds,
+                config.min_messages,
+                self.counter.count_message,
+                config.level(config.max_tokens) - fixed,
+            )
+            if target > self.digest_at:
+                self.digest_at, moved = target, True
+        if not moved:
+            return False, over
+        return True, self.over_trigger()
+
+    def _verbatim_tokens(self) -> int:
+        """What the unfolded messages after the digest point cost (from the counter's cache)."""
+        count = self.counter.count_message
+        return sum(count(self.messages[i]) for i in range(self.digest_at, self.n))
 
     def fold_request(self) -> FoldRequest | None:
         """The oldest unfolded units to fold so the view, with a full-size summary, fits
@@ -536,8 +607,10 @@ class _Turn:
         config = self.config
         allowance = config.max_summary_tokens + self.counter.count_text(render_summary({}, ""))
         overhead = self.counter.count_messages(())
-        room = config.level(config.target_tokens) - overhead - self.system_tokens() - allowance
-        stop = _fold_boundary(self, room, shown=self.shown())
+        fixed = overhead + self.system_tokens() + allowance
+        room = config.level(config.target_tokens) - fixed
+        hard_room = config.level(config.max_tokens) - fixed
+        stop = _fold_boundary(self, room, shown=self.shown(), hard_room=hard_room)
         if stop <= self.boundary:
             return None
         batch = tuple(ensure_message(self.messages[i], i) for i in range(self.boundary, stop))
@@ -578,6 +651,7 @@ def plan_fold(
                 folded_now = len(request.messages)
                 after = replace(after, folds=state.folds + 1)
     turn.clip_at = max(turn.clip_at, turn.boundary)
+    turn.digest_at = max(turn.digest_at, turn.boundary) if config.digest is not None else 0
     next_state = _bookkeeping(turn, after)
     try:
         chosen, human_summary, shown_sections = _final_view(turn, next_state)
@@ -613,6 +687,7 @@ def _bookkeeping(turn: _Turn, state: MemoryState) -> MemoryState:
         folded_key=keys(boundary - 1) if boundary > body_start else None,
         folded_tokens=turn.folded_tokens,
         clipped=max(turn.clip_at - body_start, 0) if turn.config.clip_tokens is not None else 0,
+        digested=max(turn.digest_at - body_start, 0) if turn.config.digest is not None else 0,
     )
 
 
@@ -647,7 +722,10 @@ def _fold_result(
         not_shown,
         chosen.clipped,
     )
-    next_state = replace(next_state, view_tokens=tokens_after, prefix_key=prefix_key)
+    digests = turn.tier1().shown_in(view)
+    next_state = replace(
+        next_state, view_tokens=tokens_after, prefix_key=prefix_key, digests=digests
+    )
     report = MemoryReport(
         tokens_before=counter.count_messages(()) + turn.all_tokens,
         tokens_after=tokens_after,
@@ -673,6 +751,7 @@ def _fold_result(
         summary_tokens=summary_tokens,
         health=next_state.health,
         trigger=trigger,
+        digested=len(digests),
     )
     return MemoryResult(view, next_state, report)
 

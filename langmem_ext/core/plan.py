@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langmem_ext.core._identity import KeyChain, stable_key
+from langmem_ext.core._identity import KeyChain, stable_key, tool_call_ids
 from langmem_ext.core.messages import (
     Unit,
     as_standard,
@@ -47,13 +47,24 @@ from langmem_ext.core.messages import (
     is_system,
     iter_units_reverse,
     merge_system_messages,
+    pinned_request,
 )
 from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.errors import ContextOverflowError
 
-__all__ = ["CutConfig", "Overflow", "StartOn", "ViewLimits", "leads", "plan_cut", "select_view"]
+__all__ = [
+    "CutConfig",
+    "CutTurn",
+    "Overflow",
+    "StartOn",
+    "ViewLimits",
+    "cut_result",
+    "leads",
+    "plan_cut",
+    "select_view",
+]
 
 StartOn = Literal["human", "any"]
 Overflow = Literal["error", "clip"]
@@ -212,6 +223,19 @@ class Selection:
     #: hysteresis held the previous cut
     held: bool = False
     gap: bool = False
+    #: index of the first message of the view's newest contiguous run (``first`` unless a gap)
+    suffix: int | None = None
+
+    def missing_from(self, index: int, n: int) -> int:
+        """How many of the input messages ``index..n-1`` the view leaves out (a gap view's head
+        counts as shown)."""
+        if self.suffix is None:
+            return n - index
+        if self.suffix <= index:
+            return 0
+        head = self.kept - (n - self.suffix)  # the gap view's head messages
+        shown_head = head if self.gap and self.first is not None and self.first >= index else 0
+        return max(self.suffix - index - shown_head, 0)
 
 
 def running_total(
@@ -238,6 +262,39 @@ def running_total(
     return sum(count(ensure_message(m, i)) for i, m in enumerate(messages)), state.seen > 0
 
 
+@dataclass(frozen=True, slots=True)
+class CutTurn:
+    """Where one call of a cutting plan stands: the keys, the history's tokens (and whether it
+    was rewritten since the state), and the pinned system message."""
+
+    messages: Sequence[BaseMessage]
+    keys: KeyChain
+    all_tokens: int
+    rewritten: bool
+    #: index of the first message after the system message
+    body_start: int
+    system: SystemMessage | None
+
+    @property
+    def n(self) -> int:
+        return len(self.messages)
+
+    @classmethod
+    def begin(
+        cls,
+        messages: Sequence[BaseMessage],
+        state: MemoryState,
+        config: ViewLimits,
+        counter: TokenCounter,
+    ) -> CutTurn:
+        keys = KeyChain(messages)
+        all_tokens, rewritten = running_total(messages, state, counter.count_message, keys)
+        has_system = len(messages) > 0 and is_system(ensure_message(messages[0], 0))
+        system = as_standard(messages[0]) if has_system and config.keep_system else None
+        assert system is None or isinstance(system, SystemMessage)
+        return cls(messages, keys, all_tokens, rewritten, 1 if has_system else 0, system)
+
+
 def plan_cut(
     messages: Sequence[BaseMessage],
     state: MemoryState,
@@ -245,31 +302,48 @@ def plan_cut(
     counter: TokenCounter,
 ) -> MemoryResult:
     """The view of ``messages`` for this turn, the next state, and the report. Pure."""
-    n = len(messages)
-    keys = KeyChain(messages)
-    all_tokens, rewritten = running_total(messages, state, counter.count_message, keys)
-    has_system = n > 0 and is_system(ensure_message(messages[0], 0))
-    system = as_standard(messages[0]) if has_system and config.keep_system else None
-    assert system is None or isinstance(system, SystemMessage)
+    turn = CutTurn.begin(messages, state, config, counter)
     chosen = select_view(
-        messages, 1 if has_system else 0, system, config, counter, state, keys=keys
+        messages, turn.body_start, turn.system, config, counter, state, keys=turn.keys
     )
-    kept = chosen.kept + (1 if system is not None else 0)
+    return cut_result(turn, state, chosen, config, counter)
+
+
+def cut_result(
+    turn: CutTurn,
+    state: MemoryState,
+    chosen: Selection,
+    config: CutConfig,
+    counter: TokenCounter,
+    *,
+    digested: int = 0,
+    digests: tuple[tuple[str, str], ...] = (),
+    prefix_changed: bool = False,
+) -> MemoryResult:
+    """The result of a cutting plan's ``chosen`` view: the next state (with the digest point
+    and the digests shown, for :func:`~langmem_ext.core.digest.plan_digest`) and the report."""
+    n, keys = turn.n, turn.keys
+    kept = chosen.kept + (1 if turn.system is not None else 0)
     next_state = replace(
         state,
         seen=n,
-        seen_tokens=all_tokens,
+        seen_tokens=turn.all_tokens,
         seen_key=keys(n - 1) if n else None,
         cut_index=chosen.cut,
         cut_key=keys(chosen.cut) if chosen.cut is not None else None,
+        digested=digested,
+        digests=digests,
     )
-    prefix_kept = chosen.held or (
-        chosen.cut is not None
-        and state.cut_index == chosen.cut
-        and state.cut_key == next_state.cut_key
+    prefix_kept = not prefix_changed and (
+        chosen.held
+        or (
+            chosen.cut is not None
+            and state.cut_index == chosen.cut
+            and state.cut_key == next_state.cut_key
+        )
     )
     report = MemoryReport(
-        tokens_before=counter.count_messages(()) + all_tokens,
+        tokens_before=counter.count_messages(()) + turn.all_tokens,
         tokens_after=chosen.tokens,
         messages_before=n,
         messages_after=len(chosen.view),
@@ -279,7 +353,8 @@ def plan_cut(
         repaired=chosen.repaired,
         prefix_kept=prefix_kept,
         gap=chosen.gap,
-        history_rewritten=rewritten,
+        history_rewritten=turn.rewritten,
+        digested=len(digests),
     )
     return MemoryResult(chosen.view, next_state, report)
 
@@ -460,6 +535,10 @@ def select_view(
     view); the view built from it (:func:`_assemble`).
     """
     budget = _budget(config, counter, system)
+    if pinned is None:
+        far = _far_request(messages, start, config, counter, budget.room, shown)
+        if far is not None:
+            start, pinned = far
     units = iter_units_reverse(messages, start)
     if pinned is not None:
         units = itertools.chain(units, iter_units_reverse(messages, pinned, pinned + 1))
@@ -493,6 +572,53 @@ def select_view(
     return _assemble(
         walk, selected, system, config, counter, budget, clipped, held, gap=bool(required.head)
     )
+
+
+def _far_request(
+    messages: Sequence[BaseMessage],
+    start: int,
+    config: CutConfig,
+    counter: TokenCounter,
+    room: int | None,
+    shown: Callable[[Unit], Unit] | None,
+) -> tuple[int, int] | None:
+    """A long agent turn whose request is out of reach: ``(s, r)`` when the units after the
+    newest human message already overflow the room (with ``min_messages`` held) at the unit
+    starting at ``s``, ``r`` being that human message. The view is then a gap view (the request,
+    then the newest units that fit), whatever lies between ``r`` and ``s``, so the walk need not
+    go there: :func:`select_view` walks ``messages[s:]`` with ``r`` pinned. O(view) instead of
+    O(turn); None (walk everything) when the newest human turn is reached first."""
+    if room is None and config.max_messages is None:
+        return None
+    tokens = size = 0
+    for unit in iter_units_reverse(messages, start):
+        if unit.has_human or unit.kind == "system":
+            return None
+        counted = shown(unit) if shown is not None else unit
+        held = size >= max(config.min_messages, 1)  # the required tail lies in newer units
+        tokens += sum(counter.count_message(m) for m in counted.messages)
+        size += len(counted.messages)
+        if held and not _fits(tokens, size, room, config.max_messages):
+            request = pinned_request(messages, start, unit.start)
+            if request is None or not _answered_after(messages, request, unit.start):
+                return None
+            return unit.start, request
+    return None
+
+
+def _answered_after(messages: Sequence[BaseMessage], request: int, stop: int) -> bool:
+    """Whether every tool result in ``messages[request + 1 : stop]`` answers a call made after
+    ``request``: then no unit spans the request and it is a unit of its own (else a repair may
+    apply to it, which the full walk does). A scan of ``isinstance`` checks, no counting."""
+    made: set[str] = set()
+    for i in range(request + 1, stop):
+        message = messages[i]
+        if isinstance(message, ToolMessage):
+            if message.tool_call_id not in made:
+                return False
+        else:
+            made.update(tool_call_ids(message))
+    return True
 
 
 def _collect(
@@ -531,7 +657,8 @@ def _assemble(
 ) -> Selection:
     """The view of the selected walk positions: the pinned system message (with the stray system
     messages of the history merged in, or dropped), then the kept messages oldest first."""
-    chosen = sorted(set(selected), reverse=True)  # oldest first
+    selected_set = set(selected)
+    chosen = sorted(selected_set, reverse=True)  # oldest first
     body, strays, kept_inputs, repaired = _collect(walk, chosen)
     leading: list[BaseMessage] = []
     if config.keep_system and (system is not None or strays):
@@ -565,6 +692,9 @@ def _assemble(
                 config,
             )
     first = walk.units[chosen[0]].unit.start if chosen else None
+    newest_run = 0  # the newest contiguous run of walk positions: 0..newest_run
+    while newest_run + 1 in selected_set:
+        newest_run += 1
     return Selection(
         view,
         total,
@@ -575,6 +705,7 @@ def _assemble(
         repaired=repaired,
         held=held,
         gap=gap,
+        suffix=walk.units[newest_run].unit.start if chosen else None,
     )
 
 

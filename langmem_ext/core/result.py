@@ -43,6 +43,9 @@ class MemoryReport:
     #: which high-water mark sent this turn into a fold: ``"tokens"`` or ``"messages"``
     #: (``max_messages=``); None when neither was passed
     trigger: str | None = None
+    #: completed tool rounds shown as one digest message each (ToolDigest, TieredSummary); the
+    #: messages they stand for count as shown
+    digested: int = 0
     #: the summarizer's health after this turn
     health: str = "healthy"
     #: (Retrieval) keys of the evicted turns and knowledge passages placed in the view

@@ -33,6 +33,12 @@ Added later in version 2 (older readers ignore them; indexing is idempotent, so 
 * ``indexed``, ``indexed_key``, ``indexed_turns``: (Retrieval) how many messages from the start
   of the history are in the retrieval index, the stable key of the last of them, and how many
   turns that made.
+* ``digested``, ``digests``: (ToolDigest, TieredSummary) how many messages after the system
+  message lie before the digest point (completed tool rounds there are shown as one digest
+  message each, see :mod:`langmem_ext.core.digest`), and the digests the last view showed, as
+  (round key, text) pairs: computed once, then read back, so a digest costs nothing on later
+  calls and stays byte-identical across processes and upgrades. Only the digests in the last
+  view are kept, so the state stays about the size of one view.
 
 Validation: every field is checked when a state is built (``__post_init__``) and when it is read
 (:meth:`MemoryState.from_dict`); a wrong type, a negative counter, a non-finite ``retry_at`` or an
@@ -71,6 +77,7 @@ _COUNTS = (
     "view_tokens",
     "indexed",
     "indexed_turns",
+    "digested",
 )
 #: optional strings (keys and the last error)
 _TEXTS = ("seen_key", "cut_key", "folded_key", "last_error", "prefix_key", "indexed_key")
@@ -109,8 +116,16 @@ def _check_version(value: Any) -> None:
         )
 
 
-def _read_summary(value: Any) -> tuple[tuple[str, str], ...]:
-    """(section, text) pairs from a tuple/list of 2-item tuples/lists, or a dict.
+def _is_pairs(value: Any) -> bool:
+    return isinstance(value, tuple) and all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str)
+        for p in value
+    )
+
+
+def _read_pairs(value: Any, name: str = "summary") -> tuple[tuple[str, str], ...]:
+    """(name, text) pairs (summary sections, digests) from a tuple/list of 2-item tuples/lists,
+    or a dict.
 
     A checkpointer's serializer may hand tuples back as lists; anything else (a list of plain
     strings, a 3-item entry, a number) is refused rather than guessed at.
@@ -124,7 +139,7 @@ def _read_summary(value: Any) -> tuple[tuple[str, str], ...]:
     elif isinstance(value, (list, tuple)):
         items = value
     else:
-        raise _invalid("summary", value, "a list of [section, text] pairs")
+        raise _invalid(name, value, "a list of [key, text] pairs")
     pairs: list[tuple[str, str]] = []
     for i, pair in enumerate(items):
         if (
@@ -133,9 +148,7 @@ def _read_summary(value: Any) -> tuple[tuple[str, str], ...]:
             or not isinstance(pair[0], str)
             or not isinstance(pair[1], str)
         ):
-            raise _invalid(
-                f"summary[{i}]", pair, "a [section, text] pair of two strings", within=value
-            )
+            raise _invalid(f"{name}[{i}]", pair, "a [key, text] pair of two strings", within=value)
         pairs.append((str(pair[0]), str(pair[1])))  # plain str (a str subclass is copied)
     return tuple(pairs)
 
@@ -163,6 +176,8 @@ class MemoryState:
     indexed: int = 0
     indexed_key: str | None = None
     indexed_turns: int = 0
+    digested: int = 0
+    digests: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         # every construction (``replace`` included) goes through here, so a state that exists
@@ -188,12 +203,10 @@ class MemoryState:
             or (isinstance(retry, float) and not math.isfinite(retry))  # an int is finite
         ):
             raise _invalid("retry_at", retry, "a finite number (epoch seconds) or None")
-        summary = self.summary
-        if not isinstance(summary, tuple) or not all(
-            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str)
-            for p in summary
-        ):
-            raise _invalid("summary", summary, "a tuple of (section, text) string pairs")
+        if not _is_pairs(self.summary):
+            raise _invalid("summary", self.summary, "a tuple of (section, text) string pairs")
+        if not _is_pairs(self.digests):
+            raise _invalid("digests", self.digests, "a tuple of (round key, text) string pairs")
 
     @property
     def sections(self) -> dict[str, str]:
@@ -205,6 +218,7 @@ class MemoryState:
         compares equal to the one written."""
         data = asdict(self)
         data["summary"] = [list(pair) for pair in self.summary]
+        data["digests"] = [list(pair) for pair in self.digests]
         return data
 
     def to_json(self) -> str:
@@ -232,8 +246,9 @@ class MemoryState:
         _check_version(version)
         values = {k: data[k] for k in _FIELDS if k in data}
         values["version"] = STATE_VERSION
-        if "summary" in values:
-            values["summary"] = _read_summary(values["summary"])
+        for name in ("summary", "digests"):
+            if name in values:
+                values[name] = _read_pairs(values[name], name)
         return cls(**values)
 
     @classmethod

@@ -5,7 +5,7 @@
 * :mod:`~langmem_ext.strategies.summarize`: the chat-model ``Summarizer`` (chained folds under
   an input budget, retries, timeout, fallback);
 * :mod:`~langmem_ext.strategies.presets`: ``TokenBudget``, ``SlidingWindow``, ``SummaryBuffer``,
-  ``Compacting``, ``TieredSummary``: configurations of the cutting and fold plans;
+  ``Compacting``, ``TieredSummary``, ``ToolDigest``: configurations of the cutting and fold plans;
 * :mod:`~langmem_ext.strategies.retrieval`: ``Retrieval``, which wraps any of them;
 * :mod:`~langmem_ext.strategies.embeddings`: the offline embedder (the ``embeddings`` extra).
 """
@@ -17,6 +17,7 @@ from langmem_ext.strategies.presets import (
     SummaryBuffer,
     TieredSummary,
     TokenBudget,
+    ToolDigest,
 )
 from langmem_ext.strategies.retrieval import Retrieval, RetrievalConfig
 from langmem_ext.strategies.summarize import Summarizer
@@ -31,4 +32,5 @@ __all__ = [
     "SummaryBuffer",
     "TieredSummary",
     "TokenBudget",
+    "ToolDigest",
 ]

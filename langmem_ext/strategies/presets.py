@@ -1,11 +1,13 @@
 """The strategies users construct: presets of the two pure plans.
 
 * Trimming: :class:`TokenBudget` and :class:`SlidingWindow` configure the cutting plan
-  (:func:`langmem_ext.core.plan.plan_cut`, a :class:`~langmem_ext.core.plan.CutConfig`).
+  (:func:`langmem_ext.core.plan.plan_cut`, a :class:`~langmem_ext.core.plan.CutConfig`);
+  :class:`ToolDigest` the same plan with tool-round digests first
+  (:func:`langmem_ext.core.digest.plan_digest`).
 * Summarizing: :class:`SummaryBuffer`, :class:`Compacting` and :class:`TieredSummary` configure
   the fold plan (:func:`langmem_ext.core.fold.plan_fold`, a
   :class:`~langmem_ext.core.fold.FoldConfig`); they differ only in how their parameters set the
-  trigger, the target and the clip tier.
+  trigger, the target and the first tier (digests and clipped bodies).
 
 The summarizing constructors keep explicit keyword signatures (for type checkers, IDEs and
 ``help()``); the parameters they share are documented once (``_SUMMARIZING_ARGS_DOC``, appended
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
+from langmem_ext.core.digest import DigestCutConfig, DigestSettings, plan_digest
 from langmem_ext.core.fold import FoldConfig, Placement, SummaryOverflow, plan_fold
 from langmem_ext.core.plan import CutConfig, Overflow, StartOn, ViewLimits, plan_cut, require_int
 from langmem_ext.core.state import MemoryState
@@ -35,7 +38,14 @@ from langmem_ext.strategies.engine import (
 )
 from langmem_ext.strategies.summarize import Summarizer, SummarizerLike
 
-__all__ = ["Compacting", "SlidingWindow", "SummaryBuffer", "TieredSummary", "TokenBudget"]
+__all__ = [
+    "Compacting",
+    "SlidingWindow",
+    "SummaryBuffer",
+    "TieredSummary",
+    "TokenBudget",
+    "ToolDigest",
+]
 
 
 ConfigT = TypeVar("ConfigT", bound=ViewLimits)
@@ -184,6 +194,96 @@ class SlidingWindow(_Trimming):
     def __repr__(self) -> str:
         tokens = f", max_tokens={self.config.max_tokens}" if self.config.max_tokens else ""
         return f"SlidingWindow(max_messages={self.config.max_messages}{tokens})"
+
+
+class ToolDigest(Strategy):
+    """Older tool rounds shown as short digests, no model call; then the newest units that fit.
+
+    For agent loops without a summarizer: when the view passes ``trigger_tokens`` (default
+    three quarters of ``max_tokens``), every completed tool round older than the newest
+    ``keep_rounds`` is shown as one digest message (tool names, arguments, and each output clipped
+    to about ``observation_tokens`` tokens with a visible marker; see
+    :mod:`langmem_ext.core.digest`). A digest is computed once and kept in the state; the digest
+    point only moves at the next crossing, so the prompt prefix holds in between. What still does
+    not fit under ``max_tokens`` is cut as :class:`TokenBudget` cuts (oldest first; the newest
+    human message, the request of the turn, always stays). The history is never changed: a
+    digest is a view of the round, and ``report.digested`` says how many rounds are shown so.
+
+    Args:
+        max_tokens: what the whole request may cost.
+        keep_rounds: completed tool rounds always shown verbatim (3, at least 1).
+        observation_tokens: tokens each text of a digest keeps (48).
+        trigger_tokens: the view's level at which older rounds are digested (once there, the
+            point moves again when the verbatim rounds after it cost more than
+            ``max_tokens - trigger_tokens``, so it moves every few rounds, not every call).
+        overflow: ``"clip"`` (default: an agent loop must not stop because one tool returned a
+            huge result) clips the largest required message first, the request last;
+            ``"error"`` raises :class:`~langmem_ext.errors.ContextOverflowError`.
+        counter, safety_margin, reserve_tokens, min_messages, target_tokens, start_on,
+        keep_system: as for :class:`TokenBudget`.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+        >>> history = [HumanMessage("fix the tests")]
+        >>> for i in range(6):
+        ...     call = {"name": "read_file", "args": {"path": f"f{i}.py"}, "id": f"c{i}"}
+        ...     history.append(AIMessage("", tool_calls=[call]))
+        ...     history.append(ToolMessage("x = 1\\n" * 200, tool_call_id=f"c{i}"))
+        >>> strategy = ToolDigest(max_tokens=1_500, keep_rounds=2, observation_tokens=8)
+        >>> result = strategy.apply(history)
+        >>> result.report.digested, result.report.messages_dropped
+        (4, 0)
+        >>> print(result.messages[1].content)
+        [langmem_ext digest of an earlier tool round: 1 call, outputs clipped]
+        → read_file({"path": "f0.py"})
+        ← read_file: x = 1 x = 1 x = 1 x = 1 x = 1 x [... 1167 characters clipped by langmem_ext]
+    """
+
+    config: DigestCutConfig
+
+    def __init__(
+        self,
+        max_tokens: int,
+        *,
+        keep_rounds: int = 3,
+        observation_tokens: int = 48,
+        trigger_tokens: int | None = None,
+        counter: CounterLike = None,
+        safety_margin: float = 0.0,
+        reserve_tokens: int = 0,
+        min_messages: int = 1,
+        target_tokens: int | None = None,
+        start_on: StartOn = "human",
+        keep_system: bool = True,
+        overflow: Overflow = "clip",
+    ) -> None:
+        require_int("max_tokens", max_tokens, 1)
+        self.config = DigestCutConfig(
+            max_tokens=max_tokens,
+            trigger_tokens=trigger_tokens if trigger_tokens is not None else max_tokens * 3 // 4,
+            digest=DigestSettings(keep_rounds=keep_rounds, observation_tokens=observation_tokens),
+            target_tokens=target_tokens,
+            reserve_tokens=reserve_tokens,
+            safety_margin=safety_margin,
+            min_messages=min_messages,
+            start_on=start_on,
+            keep_system=keep_system,
+            overflow=overflow,
+            clip_request_last=True,
+        )
+        self.counter = as_counter(counter)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"ToolDigest(max_tokens={c.max_tokens}, digest at {c.trigger_tokens}, "
+            f"keep_rounds={c.digest.keep_rounds}, counter={self.counter!r})"
+        )
+
+    def _plan(
+        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
+    ) -> Plan:
+        return finished(plan_digest, messages, state, _reserving(self.config, extra), self.counter)
 
 
 class _Summarizing(Strategy):
@@ -487,14 +587,17 @@ class Compacting(_Summarizing):
 
 
 class TieredSummary(_Summarizing):
-    """Cheap first, expensive later: clip big bodies above tier 1, summarize above tier 2.
+    """Cheap first, expensive later: digest and clip above tier 1, summarize above tier 2.
 
-    Above ``tier1_ratio`` of the budget, large bodies (tool outputs, pasted documents) of older
-    messages are clipped to ``truncate_chars`` with a visible marker: no model call. Above
+    Above ``tier1_ratio`` of the budget, completed tool rounds older than the newest
+    ``keep_rounds`` are shown as one digest message each (tool names, arguments, outputs clipped
+    to ``observation_tokens``; see :class:`ToolDigest`), inside a long agent turn too, and large
+    bodies (pasted documents) of messages older than the newest turn are clipped to
+    ``truncate_chars`` with a visible marker: no model call. Above
     ``tier2_ratio``, the oldest units are folded into the summary, down to ``target_ratio``
     (below tier 1, so clipping has room to work again before the next fold). The summarizer
-    always reads the original, unclipped content. The clip point, like the fold point, only moves
-    when a tier is crossed, so the prompt prefix holds in between.
+    always reads the original content, never a digest or a clip. The digest and clip points,
+    like the fold point, only move when a tier is crossed, so the prompt prefix holds in between.
 
     Args:
         max_tokens: the request budget.
@@ -502,6 +605,9 @@ class TieredSummary(_Summarizing):
         tier2_ratio: share of ``max_tokens`` above which the oldest units are folded (0.85).
         target_ratio: share of ``max_tokens`` a fold goes down to (0.35).
         truncate_chars: characters a clipped body keeps (2,000).
+        keep_rounds: completed tool rounds always verbatim (3); ``None`` turns digests off
+            (tier 1 then only clips bodies, as in 0.1).
+        observation_tokens: tokens each text of a digest keeps (48).
         max_summary_tokens: the summary's budget (default: the Summarizer's, or
             ``max_tokens // 4`` up to 1,000).
         min_messages: recent messages always kept verbatim (5).
@@ -518,6 +624,8 @@ class TieredSummary(_Summarizing):
         tier2_ratio: float = 0.85,
         target_ratio: float = 0.35,
         truncate_chars: int = 2_000,
+        keep_rounds: int | None = 3,
+        observation_tokens: int = 48,
         max_summary_tokens: int | None = None,
         min_messages: int = 5,
         counter: CounterLike = None,
@@ -561,6 +669,11 @@ class TieredSummary(_Summarizing):
             placement=placement,
             clip_tokens=int(max_tokens * tier1_ratio),
             truncate_chars=truncate_chars,
+            digest=(
+                None
+                if keep_rounds is None
+                else DigestSettings(keep_rounds=keep_rounds, observation_tokens=observation_tokens)
+            ),
             degrade_after=degrade_after,
             retry_initial=retry_initial,
             retry_max=retry_max,
