@@ -36,6 +36,7 @@ from langmem_ext.integrations.graph import (
 )
 from langmem_ext.integrations.history import ManagedChatMessageHistory
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.extractive import ExtractiveSummarizer
 from langmem_ext.strategies.presets import (
     Compacting,
     SlidingWindow,
@@ -56,6 +57,7 @@ __all__ = [
     "ChatModelCounter",
     "Compacting",
     "ContextOverflowError",
+    "ExtractiveSummarizer",
     "Finding",
     "GraphSchemaError",
     "GraphSchemaWarning",

@@ -26,6 +26,7 @@ EXPECTED = (
     "ChatModelCounter",
     "Compacting",
     "ContextOverflowError",
+    "ExtractiveSummarizer",
     "Finding",
     "GraphSchemaError",
     "GraphSchemaWarning",

@@ -124,8 +124,9 @@ class FoldConfig(ViewLimits):
     #: TieredSummary: clip large bodies of older messages once the view passes this
     clip_tokens: int | None = None
     truncate_chars: int = 2_000
-    #: TieredSummary: past ``clip_tokens``, completed tool rounds older than the newest
-    #: ``keep_rounds`` are shown as digests (:mod:`langmem_ext.core.digest`); None: no digests
+    #: TieredSummary: when the view passes the trigger, completed tool rounds older than the
+    #: newest ``keep_rounds`` are shown as digests first (:mod:`langmem_ext.core.digest`), and
+    #: a fold follows only if that is not enough; None: no digests
     digest: DigestSettings | None = None
     #: fold when more than this many messages are unfolded (None: the token trigger only)
     trigger_messages: int | None = None
@@ -200,8 +201,8 @@ class FoldConfig(ViewLimits):
     @property
     def digest_slack(self) -> int:
         """Tokens of verbatim rounds after the digest point before it may move again: the gap
-        between the two tiers. The point then moves in batches (at a tier crossing, or instead of
-        a fold), not every few rounds, so the prefix holds longer."""
+        between the two tiers. The point moves only when the view passes the trigger (in place
+        of a fold), and then in batches, so the prefix holds longer."""
         return max(self.trigger_tokens - (self.clip_tokens or 0), 0)
 
     def cut(self, **changes: Any) -> CutConfig:
@@ -580,7 +581,11 @@ class _Turn:
             for m in self.messages[self.clip_at : keep_from]
         )
         self.clip_at = max(self.clip_at, keep_from)
-        if config.digest is not None and self._verbatim_tokens() > config.digest_slack:
+        if (
+            over is not None
+            and config.digest is not None
+            and self._verbatim_tokens() > config.digest_slack
+        ):
             fixed = self.counter.count_messages(()) + self.system_tokens()
             target = digest_point(
                 self.messages,

@@ -6,11 +6,14 @@
   an input budget, retries, timeout, fallback);
 * :mod:`~langmem_ext.strategies.presets`: ``TokenBudget``, ``SlidingWindow``, ``SummaryBuffer``,
   ``Compacting``, ``TieredSummary``, ``ToolDigest``: configurations of the cutting and fold plans;
+* :mod:`~langmem_ext.strategies.extractive`: ``ExtractiveSummarizer``, an offline summarizer
+  (no model, deterministic) for keyless runs and as a last-resort ``fallback``;
 * :mod:`~langmem_ext.strategies.retrieval`: ``Retrieval``, which wraps any of them;
 * :mod:`~langmem_ext.strategies.embeddings`: the offline embedder (the ``embeddings`` extra).
 """
 
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.extractive import ExtractiveSummarizer
 from langmem_ext.strategies.presets import (
     Compacting,
     SlidingWindow,
@@ -24,6 +27,7 @@ from langmem_ext.strategies.summarize import Summarizer
 
 __all__ = [
     "Compacting",
+    "ExtractiveSummarizer",
     "Retrieval",
     "RetrievalConfig",
     "SlidingWindow",

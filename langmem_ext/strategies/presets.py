@@ -589,11 +589,12 @@ class Compacting(_Summarizing):
 class TieredSummary(_Summarizing):
     """Cheap first, expensive later: digest and clip above tier 1, summarize above tier 2.
 
-    Above ``tier1_ratio`` of the budget, completed tool rounds older than the newest
-    ``keep_rounds`` are shown as one digest message each (tool names, arguments, outputs clipped
-    to ``observation_tokens``; see :class:`ToolDigest`), inside a long agent turn too, and large
-    bodies (pasted documents) of messages older than the newest turn are clipped to
-    ``truncate_chars`` with a visible marker: no model call. Above
+    Above ``tier1_ratio`` of the budget, large bodies (tool outputs, pasted documents) of
+    messages older than the newest turn are clipped to ``truncate_chars`` with a visible marker;
+    when the view would pass ``tier2_ratio``, completed tool rounds older than the newest
+    ``keep_rounds`` are first shown as one digest message each (tool names, arguments, outputs
+    clipped to ``observation_tokens``; see :class:`ToolDigest`), inside a long agent turn too:
+    no model call. Only when that is not enough, above
     ``tier2_ratio``, the oldest units are folded into the summary, down to ``target_ratio``
     (below tier 1, so clipping has room to work again before the next fold). The summarizer
     always reads the original content, never a digest or a clip. The digest and clip points,
