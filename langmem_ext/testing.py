@@ -5,17 +5,52 @@ one as an agent would see it, yielding the history at every model call. Both are
 a seed. The shape follows a tool-using assistant: a human turn, then an assistant reply that in
 about 30% of turns calls 1-3 tools (parallel calls answered by ToolMessages) before answering.
 Message bodies are 20-400 words of plain English with some numbers, names and the odd emoji.
+
+Test doubles and a conformance kit for strategies (the package's own or your ``Strategy``
+subclasses):
+
+* :class:`FakeSummaryModel`: a deterministic offline chat model for ``summarizer=`` (an
+  :class:`~langmem_ext.strategies.extractive.ExtractiveSummarizer` that never answers empty and
+  counts its calls).
+* :class:`RecordingSummarizer`: a :class:`~langmem_ext.strategies.summarize.Summarizer` that
+  records the messages of every successful fold (``batches``), to assert that each message was
+  summarized exactly once.
+* :class:`MockStrategy`: a ``Strategy`` that records every call (:class:`MockCall`) and returns
+  a configurable view (default: the messages unchanged).
+* :func:`check_strategy`: runs the package's invariants (budget, valid view, nothing lost,
+  sync == async, state round-trip) over seeded conversations and raises ``AssertionError``
+  naming the invariant, the call and the numbers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-__all__ = ["agent_loop", "synthetic_history"]
+from langmem_ext.core.digest import is_digest
+from langmem_ext.core.messages import validate
+from langmem_ext.core.result import MemoryReport, MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.tokens import CounterLike, as_counter
+from langmem_ext.strategies.engine import Plan, Strategy, finished
+from langmem_ext.strategies.extractive import ExtractiveSummarizer
+from langmem_ext.strategies.summarize import ModelLike, Summarizer
+
+__all__ = [
+    "FakeSummaryModel",
+    "MockCall",
+    "MockStrategy",
+    "RecordingSummarizer",
+    "agent_loop",
+    "check_strategy",
+    "synthetic_history",
+]
 
 _WORDS = (
     "the of and to in is you that it he was for on are as with his they at be this have from or "
@@ -150,3 +185,375 @@ def agent_loop(
             return
         if not isinstance(group[-1], AIMessage) or group[-1].tool_calls:
             yield history
+
+
+# --------------------------------------------------------------------------------------------
+# test doubles
+
+
+class FakeSummaryModel(ExtractiveSummarizer):
+    """A deterministic offline chat model to pass as a strategy's ``summarizer=``.
+
+    It answers a Summarizer prompt with the previous summary and the transcript's salient
+    sentences, within the budget the prompt states (see ``ExtractiveSummarizer``), and never with
+    an empty text: when nothing is salient it answers ``fallback_text``. ``calls`` counts its
+    answers (sync and async).
+    """
+
+    fallback_text: str = "- (conversation so far)"
+    calls: int = 0
+
+    def answer(self, messages: Sequence[BaseMessage], max_tokens: int | None = None) -> str:
+        self.calls += 1
+        text = super().answer(messages, max_tokens)
+        return text if text.strip() else self.fallback_text
+
+
+class RecordingSummarizer(Summarizer):
+    """A :class:`~langmem_ext.strategies.summarize.Summarizer` that records what it folded.
+
+    Every successful ``fold``/``afold`` appends the messages it was given to ``batches`` (a
+    failed fold records nothing: the strategy keeps those messages and folds them later).
+    ``model`` defaults to a :class:`FakeSummaryModel`; the other arguments are the Summarizer's.
+    A strategy may copy the summarizer (to give it its own counter): the copies share
+    ``batches``.
+
+    Example:
+        >>> from langmem_ext.strategies import SummaryBuffer
+        >>> recorder = RecordingSummarizer(max_summary_tokens=100)
+        >>> strategy = SummaryBuffer(600, summarizer=recorder)
+        >>> state = None
+        >>> for history in agent_loop(30, words=(20, 60)):
+        ...     state = strategy.apply(history, state).state
+        >>> ids = recorder.folded_ids
+        >>> len(ids) == len(set(ids)) == state.folded > 0
+        True
+    """
+
+    def __init__(self, model: ModelLike | None = None, **kwargs: Any) -> None:
+        super().__init__(FakeSummaryModel() if model is None else model, **kwargs)
+        self.batches: list[list[BaseMessage]] = []
+
+    @property
+    def folded(self) -> list[BaseMessage]:
+        """Every message folded, in order, over all successful calls."""
+        return [m for batch in self.batches for m in batch]
+
+    @property
+    def folded_ids(self) -> list[str | None]:
+        """The ids of :attr:`folded` (``None`` for a message without one)."""
+        return [m.id for m in self.folded]
+
+    def fold(self, previous: Mapping[str, str], messages: Sequence[BaseMessage]) -> dict[str, str]:
+        sections = super().fold(previous, messages)
+        self.batches.append(list(messages))
+        return sections
+
+    async def afold(
+        self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
+    ) -> dict[str, str]:
+        sections = await super().afold(previous, messages)
+        self.batches.append(list(messages))
+        return sections
+
+
+@dataclass(frozen=True, slots=True)
+class MockCall:
+    """One call of a :class:`MockStrategy`: the messages and state it was given."""
+
+    messages: list[BaseMessage]
+    state: MemoryState
+    extra_tokens: int
+
+
+ViewSpec = Sequence[BaseMessage] | Callable[[Sequence[BaseMessage]], Sequence[BaseMessage]] | None
+
+
+class MockStrategy(Strategy):
+    """A :class:`~langmem_ext.strategies.engine.Strategy` that records every call in ``calls``
+    and returns ``view``: the messages unchanged (``None``, the default), a fixed list, or
+    ``view(messages)``. The state comes back with ``seen`` set to the number of messages; the
+    report counts tokens with ``counter`` and reports ``budget`` (``None``: no limit).
+
+    Example:
+        >>> from langchain_core.messages import HumanMessage
+        >>> mock = MockStrategy()
+        >>> result = mock.apply([HumanMessage("hi", id="h1")])
+        >>> [m.id for m in result.messages], len(mock.calls), result.state.seen
+        (['h1'], 1, 1)
+    """
+
+    def __init__(
+        self, view: ViewSpec = None, *, counter: CounterLike = None, budget: int | None = None
+    ) -> None:
+        self.counter = as_counter(counter)
+        self.view_spec = view
+        self.budget = budget
+        self.calls: list[MockCall] = []
+
+    def _plan(
+        self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
+    ) -> Plan:
+        return finished(self._compute, messages, state, extra)
+
+    def _compute(
+        self, messages: Sequence[BaseMessage], state: MemoryState, extra: int
+    ) -> MemoryResult:
+        self.calls.append(MockCall(list(messages), state, extra))
+        spec = self.view_spec
+        view = list(messages if spec is None else spec(messages) if callable(spec) else spec)
+        shown = _Shown(view)
+        report = MemoryReport(
+            tokens_before=self.counter.count_messages(messages),
+            tokens_after=self.counter.count_messages(view),
+            messages_before=len(messages),
+            messages_after=len(view),
+            messages_dropped=sum(1 for m in messages if m not in shown),
+            budget=self.budget,
+        )
+        state = MemoryState.from_dict({**state.to_dict(), "seen": len(messages)})
+        return MemoryResult(view, state, report)
+
+
+# --------------------------------------------------------------------------------------------
+# the conformance kit
+
+
+class _Shown:
+    """Membership in a view: by id for messages with one, by equality otherwise."""
+
+    def __init__(self, view: Sequence[BaseMessage]) -> None:
+        self.ids = {m.id for m in view if m.id is not None}
+        self.view = view
+
+    def __contains__(self, message: object) -> bool:
+        assert isinstance(message, BaseMessage)
+        if message.id is not None:
+            return message.id in self.ids
+        return any(m == message for m in self.view)
+
+
+def _long_agent_turn(n: int, *, seed: int, words: tuple[int, int]) -> Iterator[list[BaseMessage]]:
+    """One human request answered by ``n`` tool rounds, yielding the history at every call."""
+    rng = random.Random(seed)
+    history: list[BaseMessage] = [
+        SystemMessage("You are a careful assistant for an order-tracking company.", id="sys"),
+        HumanMessage(_text(rng, *words), id=f"long-h-{seed}"),
+    ]
+    yield history
+    for r in range(n):
+        calls = [
+            {"name": rng.choice(_TOOLS), "args": {"query": _text(rng, 2, 8)}, "id": f"lc-{r}-{j}"}
+            for j in range(rng.randint(1, 2))
+        ]
+        history.append(AIMessage("", tool_calls=calls, id=f"long-ai-{r}"))
+        for c in calls:
+            body = json.dumps({"result": _text(rng, *words)}, ensure_ascii=False)
+            history.append(ToolMessage(body, tool_call_id=c["id"], name=c["name"], id=c["id"]))
+        yield history
+
+
+def _default_histories(seeds: int, messages: int) -> list[tuple[str, list[list[BaseMessage]]]]:
+    out: list[tuple[str, list[list[BaseMessage]]]] = []
+    for seed in range(seeds):
+        calls = agent_loop(messages, seed=seed, words=(20, 120), tool_rate=0.5)
+        out.append((f"chat seed={seed}", [list(h) for h in calls]))
+    turn = _long_agent_turn(max(4, messages // 3), seed=0, words=(20, 120))
+    out.append(("long agent turn", [list(h) for h in turn]))
+    return out
+
+
+def _newest_human(history: Sequence[BaseMessage]) -> BaseMessage | None:
+    return next((m for m in reversed(history) if isinstance(m, HumanMessage)), None)
+
+
+def _represented(view: Sequence[BaseMessage]) -> int:
+    """Messages the digest messages of ``view`` stand for (they count as shown)."""
+    total = 0
+    for m in view:
+        if is_digest(m):
+            meta = m.response_metadata.get("langmem_ext", {})
+            size = meta.get("digest_of", 0) if isinstance(meta, dict) else 0
+            total += size if isinstance(size, int) else 0
+    return total
+
+
+def _fail(invariant: str, where: str, detail: str) -> AssertionError:
+    return AssertionError(f"{invariant}: {where}: {detail}")
+
+
+def _check_call(
+    strategy: Strategy,
+    history: Sequence[BaseMessage],
+    result: MemoryResult,
+    where: str,
+    max_tokens: int | None,
+) -> None:
+    view, report, state = result.messages, result.report, result.state
+    cost = strategy.counter.count_messages(view)
+    for limit, name in ((report.budget, "budget"), (max_tokens, "max_tokens")):
+        if limit is not None and cost > limit:
+            raise _fail("budget", where, f"view costs {cost:,} tokens, {name} {limit:,}")
+    errors = [f for f in validate(view) if f.severity == "error"]
+    if errors:
+        found = "; ".join(str(f) for f in errors)
+        raise _fail("validity", where, f"{len(errors)} error finding(s) in the view: {found}")
+    shown = _Shown(view)
+    newest = _newest_human(history)
+    if newest is not None and newest not in shown:
+        raise _fail(
+            "validity",
+            where,
+            f"the newest human message (id {newest.id!r}, index {history.index(newest)} of "
+            f"{len(history)}) is not in the view",
+        )
+    missing = sum(1 for m in history if m not in shown) - _represented(view)
+    accounted = report.messages_dropped + report.not_shown
+    if missing > accounted:
+        raise _fail(
+            "nothing lost",
+            where,
+            f"{missing:,} of {len(history):,} messages are not in the view, but the report "
+            f"accounts for {accounted:,} (messages_dropped {report.messages_dropped:,} + "
+            f"not_shown {report.not_shown:,})",
+        )
+    if strategy.summarizer is not None and missing > state.folded + report.not_shown:
+        raise _fail(
+            "nothing lost",
+            where,
+            f"{missing:,} of {len(history):,} messages are not in the view, but only "
+            f"{state.folded:,} are folded and {report.not_shown:,} reported not shown",
+        )
+    if report.health == "healthy" and report.not_shown:
+        raise _fail(
+            "nothing lost",
+            where,
+            f"health is 'healthy' but {report.not_shown:,} messages are neither folded nor shown",
+        )
+
+
+def _diff(a: MemoryResult, b: MemoryResult) -> str:
+    if a.messages != b.messages:
+        for i, (x, y) in enumerate(zip(a.messages, b.messages, strict=False)):
+            if x != y:
+                return f"views differ at message {i} ({x.id!r} vs {y.id!r})"
+        return f"views differ in length ({len(a.messages)} vs {len(b.messages)} messages)"
+    if a.state != b.state:
+        da, db = a.state.to_dict(), b.state.to_dict()
+        fields = [f"{k} {da[k]!r} vs {db[k]!r}" for k in da if da[k] != db[k]]
+        return "states differ: " + ", ".join(fields)
+    return f"reports differ: {a.report} vs {b.report}"
+
+
+def check_strategy(
+    strategy: Strategy,
+    *,
+    histories: Iterable[Iterable[Sequence[BaseMessage]]] | None = None,
+    max_tokens: int | None = None,
+    seeds: int = 3,
+    messages: int = 40,
+) -> None:
+    """Run the package's invariants against ``strategy``; raise ``AssertionError`` on the first
+    violation, naming the invariant, the call and the numbers.
+
+    Args:
+        strategy: any :class:`~langmem_ext.strategies.engine.Strategy` (the package's or a
+            subclass). Its ``clock`` is replaced by a fixed one while the check runs.
+        histories: conversations, each the histories seen at its model calls (what
+            :func:`agent_loop` yields). Default: ``seeds`` chats of about ``messages``
+            messages from :func:`agent_loop` and one long agent turn (one request, many tool
+            rounds).
+        max_tokens: when given, every view must also cost at most this (for a strategy whose
+            report has no ``budget``).
+
+    Each conversation is run from a fresh state three times (``apply``, ``aapply``, and
+    ``apply`` fed with the JSON round trip of each state), and at every call:
+
+    * **budget**: ``strategy.counter.count_messages(view) <= report.budget`` (and
+      ``<= max_tokens``);
+    * **validity**: ``validate(view)`` has no error finding, and the history's newest
+      HumanMessage is in the view (same id; equal message when it has none);
+    * **nothing lost**: the history messages not in the view, less those the view's digests stand
+      for, are at most ``report.messages_dropped + report.not_shown``; for a strategy with a
+      summarizer also at most ``state.folded + report.not_shown``; and ``report.not_shown == 0``
+      while ``report.health == "healthy"``;
+    * **sync == async**: ``aapply`` gives the same view, state and report as ``apply``;
+    * **state round-trip**: ``MemoryState.from_json(state.to_json()) == state``, and the next
+      call fed with the round-tripped state gives the same result.
+
+    Callbacks of the strategy fire on every run; a Retrieval strategy writes its store on every
+    run, so check it with a fresh store per run rather than here.
+
+    Example:
+        >>> from langmem_ext.strategies import TokenBudget
+        >>> check_strategy(TokenBudget(2_000))
+        >>> greedy = MockStrategy(budget=300)  # keeps every message, whatever the budget
+        >>> check_strategy(greedy, seeds=1)
+        Traceback (most recent call last):
+        ...
+        AssertionError: budget: chat seed=0 call 3: view costs 522 tokens, budget 300
+    """
+    conversations = (
+        _default_histories(seeds, messages)
+        if histories is None
+        else [(f"history {i}", [list(h) for h in calls]) for i, calls in enumerate(histories)]
+    )
+    now = [1_700_000_000.0]
+    had_clock = "clock" in vars(strategy)
+    old_clock = vars(strategy).get("clock")
+    strategy.clock = lambda: now[0]
+    try:
+        call = 0
+        for label, calls in conversations:
+            start = call
+
+            def tick(i: int, base: int = start) -> None:
+                now[0] = 1_700_000_000.0 + 60.0 * (base + i)
+
+            sync: list[MemoryResult] = []
+            state: MemoryState | None = None
+            for i, history in enumerate(calls):
+                tick(i)
+                result = strategy.apply(history, state)
+                where = f"{label} call {start + i + 1}"
+                _check_call(strategy, history, result, where, max_tokens)
+                text = result.state.to_json()
+                back = MemoryState.from_json(text)
+                if back != result.state:
+                    raise _fail("state round-trip", where, f"from_json(to_json()) differs: {text}")
+                sync.append(result)
+                state = result.state
+
+            async def run_async(calls: list[list[BaseMessage]] = calls) -> list[MemoryResult]:
+                out: list[MemoryResult] = []
+                state: MemoryState | None = None
+                for i, history in enumerate(calls):
+                    tick(i)
+                    out.append(await strategy.aapply(history, state))
+                    state = out[-1].state
+                return out
+
+            for i, (a, b) in enumerate(zip(sync, asyncio.run(run_async()), strict=True)):
+                if a != b:
+                    raise _fail("sync == async", f"{label} call {start + i + 1}", _diff(a, b))
+            state = None
+            for i, history in enumerate(calls):
+                tick(i)
+                fed: MemoryState | None = (
+                    None if state is None else MemoryState.from_json(state.to_json())
+                )
+                result = strategy.apply(history, fed)
+                if result != sync[i]:
+                    where = f"{label} call {start + i + 1}"
+                    raise _fail(
+                        "state round-trip",
+                        where,
+                        "fed the round-tripped state: " + _diff(sync[i], result),
+                    )
+                state = result.state
+            call += len(calls)
+    finally:
+        if had_clock:
+            setattr(strategy, "clock", old_clock)  # noqa: B010 - an instance override
+        else:
+            del strategy.clock
