@@ -69,6 +69,7 @@ __all__ = [
     "digestible",
     "is_digest",
     "plan_digest",
+    "verbatim_tokens",
 ]
 
 #: the id of a digest message is this prefix plus the stable key of the round's first message
@@ -314,12 +315,15 @@ class DigestCutConfig(CutConfig):
             raise TypeError(f"digest must be DigestSettings, got {type(self.digest).__name__}")
 
 
-def _verbatim_tokens(
-    messages: Sequence[BaseMessage], point: int, chosen: Selection, counter: TokenCounter
-) -> int:
-    """What the view's messages at or after the digest point cost (from the counter's cache)."""
-    start = max(point, chosen.suffix if chosen.suffix is not None else len(messages))
+def verbatim_tokens(messages: Sequence[BaseMessage], start: int, counter: TokenCounter) -> int:
+    """What ``messages[start:]`` (the verbatim part after a digest point) cost, from the
+    counter's cache: the one measure both tiers use to decide whether the point moves."""
     return sum(counter.count_message(messages[i]) for i in range(start, len(messages)))
+
+
+def _suffix(chosen: Selection, n: int) -> int:
+    """Where the view's newest contiguous run starts (``n`` for an empty view)."""
+    return n if chosen.suffix is None else chosen.suffix
 
 
 def plan_digest(
@@ -359,7 +363,8 @@ def plan_digest(
         assert chosen is not None
         over = chosen.missing_from(point, turn.n) > 0 or (  # a verbatim message was cut
             chosen.tokens > config.level(config.trigger_tokens)
-            and _verbatim_tokens(messages, point, chosen, counter) > config.slack
+            and verbatim_tokens(messages, max(point, _suffix(chosen, turn.n)), counter)
+            > config.slack
         )
     except ContextOverflowError:
         chosen, over = None, True

@@ -54,7 +54,7 @@ from langmem_ext.core._state import (
     settled,
 )
 from langmem_ext.core._text import longest_prefix_within
-from langmem_ext.core.digest import DigestSettings, Tier1, digest_point
+from langmem_ext.core.digest import DigestSettings, Tier1, digest_point, verbatim_tokens
 from langmem_ext.core.messages import (
     Unit,
     clip_chars,
@@ -584,7 +584,7 @@ class _Turn:
         if (
             over is not None
             and config.digest is not None
-            and self._verbatim_tokens() > config.digest_slack
+            and verbatim_tokens(self.messages, self.digest_at, self.counter) > config.digest_slack
         ):
             fixed = self.counter.count_messages(()) + self.system_tokens()
             target = digest_point(
@@ -600,11 +600,6 @@ class _Turn:
         if not moved:
             return False, over
         return True, self.over_trigger()
-
-    def _verbatim_tokens(self) -> int:
-        """What the unfolded messages after the digest point cost (from the counter's cache)."""
-        count = self.counter.count_message
-        return sum(count(self.messages[i]) for i in range(self.digest_at, self.n))
 
     def fold_request(self) -> FoldRequest | None:
         """The oldest unfolded units to fold so the view, with a full-size summary, fits
