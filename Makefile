@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.growth $(BENCH_ARGS)
 	$(BIN)/python -m bench.retrieval $(BENCH_ARGS)
 	$(BIN)/python -m bench.agent_turns $(BENCH_ARGS)
+	$(BIN)/python -m bench.docs
 
 ci: lint test
 

@@ -2,6 +2,9 @@
 
 ``demo`` replays a long synthetic agent conversation (seeded, offline, no API key) through the
 strategies and prints, for every model call, what the model would see and the token figures.
+``replay`` and ``compare`` do the same for a saved conversation of yours (a transcript file or a
+LangGraph checkpointer thread): per call, or strategies side by side with cost, a CSV, JSON and
+plots (see :mod:`langmem_ext.replay`).
 
 Every flag is checked before anything runs: a value out of range is reported by argparse as
 ``argument --flag: ...`` with the range, and anything the library refuses later (a counter it
@@ -227,6 +230,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--every", type=_int_at_least(0), default=1, help="print every Nth call (0: summary)"
     )
+    from langmem_ext.replay.cli import add_commands
+
+    add_commands(sub)
     sub.add_parser(
         "seed-tiktoken",
         help="seed tiktoken's cache for use behind a firewall (see langmem_ext.tiktoken_seed)",
@@ -245,6 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest:
         _parser().error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if args.command in ("replay", "compare"):
+            from langmem_ext.replay.cli import ReplayCliError, run_command
+
+            try:
+                return run_command(args)
+            except ReplayCliError as exc:
+                raise CliError(str(exc)) from exc
         return _demo(args)
     except (CliError, LangmemExtError, ValueError) as exc:  # ours, or what the library refuses
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -1192,7 +1192,13 @@ class Retrieval(Strategy):
         """The inner view with the context message placed just before the newest human
         message (late, so the cached prompt prefix stays the same)."""
         chosen, message = self._context(picked)
-        report = replace(inner.report, indexed=indexed, source_errors=errors)
+        budget = inner.report.budget  # the inner's, with the context's share held back: add it
+        report = replace(
+            inner.report,
+            indexed=indexed,
+            source_errors=errors,
+            budget=None if budget is None else budget + self.config.max_retrieved_tokens,
+        )
         view = list(inner.messages)
         if message is None:
             return MemoryResult(view, state, report)

@@ -1,0 +1,61 @@
+"""Replay saved conversations through strategies: what each model call would have seen and cost.
+
+* :func:`load_transcript` reads a conversation saved as LangChain ``messages_to_dict``
+  JSON/JSONL, OpenAI Chat Completions ``messages`` or Anthropic Messages (detected), and
+  :func:`load_sqlite_thread` / :func:`load_postgres_thread` /
+  :func:`messages_from_checkpointer` read a LangGraph thread from a checkpointer;
+* :func:`replay` runs one strategy over it, call by call; :func:`compare` several side by side
+  (a :class:`Comparison`: ``table()``, ``to_csv()``, ``to_json()``, ``plot()``);
+* :func:`parse_strategy` builds a strategy from a spec like ``"summary_buffer:max_tokens=8000"``
+  (as the command line takes it), and :func:`load_prices` the model prices the cost columns use.
+
+The command line: ``langmem-ext replay FILE --strategy SPEC`` and
+``langmem-ext compare FILE --strategy A --strategy B --plot out.png``.
+"""
+
+from langmem_ext.replay.engine import (
+    DEFAULT_MODEL,
+    CallRecord,
+    Comparison,
+    Replay,
+    areplay,
+    compare,
+    model_calls,
+    replay,
+)
+from langmem_ext.replay.formats import (
+    Transcript,
+    TranscriptError,
+    load_postgres_thread,
+    load_sqlite_thread,
+    load_transcript,
+    messages_from_checkpointer,
+    parse_transcript,
+)
+from langmem_ext.replay.prices import ModelPrice, PriceError, Prices, load_prices
+from langmem_ext.replay.specs import SpecError, default_store, parse_strategy
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "CallRecord",
+    "Comparison",
+    "ModelPrice",
+    "PriceError",
+    "Prices",
+    "Replay",
+    "SpecError",
+    "Transcript",
+    "TranscriptError",
+    "areplay",
+    "compare",
+    "default_store",
+    "load_postgres_thread",
+    "load_prices",
+    "load_sqlite_thread",
+    "load_transcript",
+    "messages_from_checkpointer",
+    "model_calls",
+    "parse_strategy",
+    "parse_transcript",
+    "replay",
+]

@@ -1,0 +1,244 @@
+"""``langmem-ext replay`` and ``langmem-ext compare``: strategies over a saved conversation.
+
+The transcript comes from a file (LangChain ``messages_to_dict`` JSON/JSONL, OpenAI Chat
+Completions ``messages``, Anthropic Messages; the format is detected) or from a LangGraph
+checkpointer thread (``--sqlite PATH --thread ID``, ``--postgres DSN --thread ID``). Bad input
+(an unknown format, broken JSON, a tool result with no call, a strategy spec with a typo) is
+one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from langmem_ext.replay.engine import DEFAULT_MODEL, Comparison, compare, model_calls
+from langmem_ext.replay.formats import (
+    Transcript,
+    load_postgres_thread,
+    load_sqlite_thread,
+    load_transcript,
+)
+from langmem_ext.replay.prices import load_prices
+from langmem_ext.replay.specs import STRATEGIES, parse_strategy
+
+__all__ = ["DEFAULT_COMPARE", "add_commands", "run_command"]
+
+#: what ``compare`` runs when no --strategy is given
+DEFAULT_COMPARE = (
+    "full",
+    "token_budget:8000",
+    "tool_digest:8000",
+    "summary_buffer:8000",
+    "tiered_summary:8000",
+)
+
+_SPEC_HELP = (
+    "a strategy spec NAME[:ARGS], e.g. 'summary_buffer:max_tokens=8000' or 'token_budget:8k'; "
+    f"names: {', '.join(STRATEGIES)}, full (the whole history), retrieval+NAME"
+)
+
+
+class ReplayCliError(Exception):
+    """A message for the user: printed as ``langmem-ext: error: ...``, exit 2."""
+
+
+def _inputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "file",
+        nargs="?",
+        type=Path,
+        help="transcript: LangChain messages_to_dict JSON/JSONL, OpenAI or Anthropic messages",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--sqlite", metavar="PATH", help="a LangGraph SqliteSaver database")
+    source.add_argument("--postgres", metavar="DSN", help="a LangGraph PostgresSaver database")
+    parser.add_argument(
+        "--thread", metavar="ID", help="the thread_id to read (with a checkpointer)"
+    )
+    parser.add_argument(
+        "--channel",
+        default="messages",
+        help="the state key holding the messages (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("auto", "langchain", "openai", "anthropic"),
+        default="auto",
+        help="transcript format (default: detected)",
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="provider:name whose prices the cost columns use (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--counter",
+        default="approximate",
+        help="token counter for every strategy and figure: 'approximate' (default, offline) or "
+        "an OpenAI model / tiktoken encoding name (exact)",
+    )
+    parser.add_argument(
+        "--summarizer",
+        default="extractive",
+        help="'extractive' (default: offline, no API key) or a chat model 'provider:name' "
+        "(init_chat_model; its tokens are priced at its own prices)",
+    )
+    parser.add_argument("--prices", type=Path, metavar="FILE", help="a prices JSON to overlay")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="write the plots here")
+    parser.add_argument("--csv", type=Path, metavar="FILE", help="write every call as CSV")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write everything as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``replay`` and ``compare`` to the CLI's subparsers."""
+    one = sub.add_parser(
+        "replay",
+        help="replay a saved conversation through one strategy, call by call",
+        description="Every model call of the transcript (the history before each AI message), "
+        "replayed through the strategy: view tokens, summaries, prefix kept, cost.",
+    )
+    _inputs(one)
+    one.add_argument("--strategy", required=True, metavar="SPEC", help=_SPEC_HELP)
+    one.add_argument(
+        "--every", type=int, default=1, metavar="N", help="print every Nth call (0: totals only)"
+    )
+    many = sub.add_parser(
+        "compare",
+        help="replay a saved conversation through several strategies side by side",
+        description="One table of the strategies side by side over the same transcript; "
+        "--plot/--csv/--json for the details.",
+    )
+    _inputs(many)
+    many.add_argument(
+        "--strategy",
+        action="append",
+        metavar="SPEC",
+        help=f"repeat for each strategy (default: {' '.join(DEFAULT_COMPARE)}); {_SPEC_HELP}",
+    )
+
+
+def _transcript(args: argparse.Namespace) -> Transcript:
+    if args.sqlite or args.postgres:
+        if args.file is not None:
+            raise ReplayCliError("give a transcript FILE or --sqlite/--postgres, not both")
+        if not args.thread:
+            raise ReplayCliError("--sqlite/--postgres need --thread ID")
+        if args.sqlite:
+            return load_sqlite_thread(args.sqlite, args.thread, channel=args.channel)
+        return load_postgres_thread(args.postgres, args.thread, channel=args.channel)
+    if args.file is None:
+        raise ReplayCliError(
+            "give a transcript FILE, or --sqlite PATH / --postgres DSN --thread ID"
+        )
+    if args.thread:
+        raise ReplayCliError("--thread goes with --sqlite or --postgres")
+    return load_transcript(args.file, format=args.format)
+
+
+def _summarizer(spec: str) -> tuple[Any, str | None]:
+    """The summarizer model and the model its tokens are priced at (None: free)."""
+    if spec.strip().lower() == "extractive":
+        from langmem_ext.strategies.extractive import ExtractiveSummarizer
+
+        return ExtractiveSummarizer(), None
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        raise ReplayCliError(
+            f"--summarizer {spec!r} needs the 'langchain' package: "
+            "pip install 'langmem-ext[agents]'"
+        ) from None
+    try:
+        return init_chat_model(spec), spec
+    except Exception as exc:  # an unknown provider, a missing integration package or API key
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReplayCliError(f"--summarizer {spec!r}: {first}") from None
+
+
+def _print_calls(comparison: Comparison, every: int) -> None:
+    (r,) = comparison.replays
+    if every <= 0 or not r.calls:
+        return
+    header = (
+        f"{'call':>5} {'at msg':>7} {'history':>9} {'hist tok':>9} | {'view':>5} {'tokens':>7} "
+        f"{'cached':>7} {'prefix':>6} {'summary':>8} {'cost':>9} {'cached $':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for c in r.calls:
+        if (c.call - 1) % every:
+            continue
+        summary = f"+{c.folded}" if c.folded else ""
+        print(
+            f"{c.call:>5} {c.position:>7,} {c.history_messages:>9,} {c.history_tokens:>9,} | "
+            f"{c.view_messages:>5,} {c.view_tokens:>7,} {c.cached_tokens:>7,} "
+            f"{'kept' if c.prefix_kept else '':>6} {summary:>8} "
+            f"{c.cost:>9.5f} {c.cost_cached:>9.5f}"
+        )
+    print()
+
+
+def _outputs(comparison: Comparison, args: argparse.Namespace) -> None:
+    writers = (
+        ("--csv", args.csv, comparison.to_csv),
+        ("--json", args.json, comparison.to_json),
+        ("--plot", args.plot, comparison.plot),
+    )
+    for flag, path, write in writers:
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:
+            raise ReplayCliError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``replay`` or ``compare``; errors the user can fix are raised as exceptions the
+    caller prints in one line (exit 2)."""
+    transcript = _transcript(args)
+    calls = len(model_calls(transcript.messages))
+    if calls == 0:
+        raise ReplayCliError(
+            f"{transcript.source}: no AI messages after the first message: no model call to replay"
+        )
+    prices = load_prices(args.prices)
+    prices.get(args.model)  # an unknown model fails before any work
+    model, summarizer_price = _summarizer(args.summarizer)
+    if summarizer_price is not None:
+        prices.get(summarizer_price)
+    specs: Sequence[str] = (
+        [args.strategy] if args.command == "replay" else (args.strategy or DEFAULT_COMPARE)
+    )
+    strategies = dict(
+        parse_strategy(spec, counter=args.counter, summarizer=model) for spec in specs
+    )
+    if len(strategies) < len(specs):
+        raise ReplayCliError("the same --strategy is given twice")
+    print(
+        f"{transcript.source} ({transcript.format}): {len(transcript.messages):,} messages, "
+        f"{calls:,} model calls; prices of {prices.get(args.model).model} ({prices.source}); "
+        f"counter {args.counter}; summarizer {args.summarizer}"
+    )
+    comparison = compare(
+        transcript.messages,
+        strategies,
+        model=args.model,
+        counter=args.counter,
+        prices=prices,
+        summarizer_model=summarizer_price,
+        progress=False if args.no_progress else None,
+        source=transcript.source,
+    )
+    print()
+    if args.command == "replay":
+        _print_calls(comparison, args.every)
+    print(comparison.table())
+    _outputs(comparison, args)
+    return 0

@@ -1,0 +1,663 @@
+"""Replay a saved conversation through a strategy: every model call it made, what the model
+would have seen under the strategy, and what that would have cost.
+
+A *model call* is each AI message of the transcript: the call that produced it saw the history
+before it. :func:`replay` runs the strategy on each of those histories in order (passing the
+state on, as a LangGraph checkpoint would) and records, per call, the view's tokens, the part of
+it that repeats the previous view's prefix (what a provider's prompt cache serves), summaries
+made, the view's validity for the provider, and the cost at a model's prices with and without
+prompt caching. :func:`compare` does that for several strategies side by side and returns a
+:class:`Comparison` (a table, CSV, JSON, plots).
+
+``strategy=None`` replays the transcript as it was sent: the whole history every call.
+
+Example:
+    >>> from langmem_ext import TokenBudget
+    >>> from langmem_ext.testing import synthetic_history
+    >>> messages = synthetic_history(60, seed=1)
+    >>> result = compare(messages, {"full": None, "budget": TokenBudget(600)}, progress=False)
+    >>> [r.name for r in result.replays]
+    ['full', 'budget']
+    >>> full, budget = (r.totals() for r in result.replays)
+    >>> budget["input_tokens"] < full["input_tokens"], budget["invalid_views"]
+    (True, 0)
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.messages import validate
+from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
+from langmem_ext.replay.prices import ModelPrice, Prices, load_prices
+from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.summarize import Summarizer
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "CallRecord",
+    "Comparison",
+    "Replay",
+    "areplay",
+    "compare",
+    "model_calls",
+    "replay",
+]
+
+#: the model whose prices the cost columns use when none is named
+DEFAULT_MODEL = "openai:gpt-4o-mini"
+
+StrategyLike = Strategy | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One model call of a replay. Tokens are by the replay's counter."""
+
+    #: 1-based number of the call
+    call: int
+    #: index in the transcript of the AI message this call produced
+    position: int
+    history_messages: int
+    #: what sending the whole history would have cost
+    history_tokens: int
+    view_messages: int
+    view_tokens: int
+    #: tokens of the view's prefix that repeats the previous view (prompt-cache reads)
+    cached_tokens: int
+    #: tokens of the answer (the transcript's AI message)
+    output_tokens: int
+    #: the previous view is a prefix of this one
+    prefix_kept: bool
+    #: messages folded into the summary at this call (a summary event when > 0)
+    folded: int
+    summarizer_calls: int
+    summarizer_input_tokens: int
+    summarizer_output_tokens: int
+    summary_tokens: int
+    digested: int
+    retrieved_tokens: int
+    #: history messages not in the view (trimmed, folded or digested)
+    dropped: int
+    #: no error-severity finding of ``validate`` on the view (what a provider would reject)
+    valid: bool
+    newest_human_shown: bool
+    over_budget: bool
+    #: dollars of the call (and of its summarizer calls) with every input token billed in full
+    cost: float
+    #: the same with the repeated prefix billed as prompt-cache reads
+    cost_cached: float
+    #: time in the strategy, without the summarizer's
+    seconds: float
+
+
+@dataclass
+class Replay:
+    """The calls of one strategy over one transcript (see :func:`replay`)."""
+
+    name: str
+    model: str
+    calls: list[CallRecord] = field(default_factory=list)
+    #: the most a view may cost, from the strategy's reports (None: no token limit)
+    budget: int | None = None
+    #: the error the strategy raised, if it gave up at a call (the replay stops there)
+    error: str | None = None
+    description: str = ""
+
+    def totals(self) -> dict[str, Any]:
+        """The figures of the whole replay, as in the comparison table."""
+        calls = self.calls
+        n = len(calls)
+        history = sum(c.history_tokens for c in calls)
+        view = sum(c.view_tokens for c in calls)
+        cached = sum(c.cached_tokens for c in calls)
+        return {
+            "strategy": self.name,
+            "calls": n,
+            "mean_view_tokens": view / n if n else 0.0,
+            "max_view_tokens": max((c.view_tokens for c in calls), default=0),
+            "budget": self.budget,
+            "input_tokens": view,
+            "input_vs_full": view / history if history else 0.0,
+            "cached_share": cached / view if view else 0.0,
+            "prefix_kept": sum(c.prefix_kept for c in calls[1:]) / (n - 1) if n > 1 else 0.0,
+            "summary_events": sum(1 for c in calls if c.folded),
+            "summarizer_calls": sum(c.summarizer_calls for c in calls),
+            "summarizer_input_tokens": sum(c.summarizer_input_tokens for c in calls),
+            "output_tokens": sum(c.output_tokens for c in calls),
+            "cost": sum(c.cost for c in calls),
+            "cost_cached": sum(c.cost_cached for c in calls),
+            "invalid_views": sum(not c.valid for c in calls),
+            "newest_human_missing": sum(not c.newest_human_shown for c in calls),
+            "over_budget": sum(c.over_budget for c in calls),
+            "ms_per_call": 1000 * sum(c.seconds for c in calls) / n if n else 0.0,
+            "error": self.error,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# the summarizer's meter
+
+
+@dataclass
+class _Meter:
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+
+
+class _MeteredSummarizer(Summarizer):
+    """The strategy's summarizer, measured: calls, tokens read and written, time."""
+
+    def __init__(self, inner: Summarizer, meter: _Meter, counter: TokenCounter) -> None:
+        # no Summarizer.__init__: this is the inner summarizer's configuration, shared
+        self.__dict__.update(inner.__dict__)
+        self._metered = inner
+        self._meter = meter
+        self._meter_counter = counter
+
+    def _record(
+        self,
+        previous: Mapping[str, str],
+        messages: Sequence[BaseMessage],
+        sections: Mapping[str, str],
+        start: float,
+    ) -> None:
+        meter, counter = self._meter, self._meter_counter
+        meter.calls += 1
+        meter.seconds += time.perf_counter() - start
+        meter.input_tokens += counter.count_messages(messages)
+        meter.input_tokens += counter.count_text("\n".join(previous.values()))
+        meter.output_tokens += counter.count_text("\n".join(sections.values()))
+
+    def fold(self, previous: Mapping[str, str], messages: Sequence[BaseMessage]) -> dict[str, str]:
+        start = time.perf_counter()
+        try:
+            sections = self._metered.fold(previous, messages)
+        except Exception:
+            self._meter.seconds += time.perf_counter() - start
+            raise
+        self._record(previous, messages, sections, start)
+        return sections
+
+    async def afold(
+        self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
+    ) -> dict[str, str]:
+        start = time.perf_counter()
+        try:
+            sections = await self._metered.afold(previous, messages)
+        except Exception:
+            self._meter.seconds += time.perf_counter() - start
+            raise
+        self._record(previous, messages, sections, start)
+        return sections
+
+
+def _metered(strategy: Strategy, meter: _Meter, counter: TokenCounter) -> Strategy:
+    """A shallow copy of ``strategy`` whose summarizer reports to ``meter`` (the caller's
+    strategy is not changed)."""
+    if strategy.summarizer is None:
+        return strategy
+    copied = copy.copy(strategy)
+    copied.summarizer = _MeteredSummarizer(strategy.summarizer, meter, counter)
+    return copied
+
+
+# --------------------------------------------------------------------------------------------
+# one replay
+
+
+def model_calls(messages: Sequence[BaseMessage]) -> list[int]:
+    """The transcript positions of its model calls: each AI message with history before it."""
+    return [i for i, m in enumerate(messages) if isinstance(m, AIMessage) and i > 0]
+
+
+def _same(a: BaseMessage, b: BaseMessage) -> bool:
+    return a is b or a == b
+
+
+def _common_prefix(previous: Sequence[BaseMessage], view: Sequence[BaseMessage]) -> int:
+    n = 0
+    for a, b in zip(previous, view, strict=False):
+        if not _same(a, b):
+            break
+        n += 1
+    return n
+
+
+def _progress(total: int, label: str, enabled: bool | None) -> Any:
+    """A tqdm bar on stderr (auto: only on a terminal), or None without tqdm or when off."""
+    if enabled is False:
+        return None
+    try:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    except ImportError:  # the `experiment` extra is not installed: no bar
+        return None
+    return tqdm(
+        total=total,
+        desc=label,
+        unit="call",
+        leave=False,
+        disable=None if enabled is None else False,
+    )
+
+
+@dataclass
+class _Replayer:
+    """The loop of :func:`replay`, shared by the sync and async entry points."""
+
+    name: str
+    messages: Sequence[BaseMessage]
+    counter: TokenCounter
+    price: ModelPrice
+    summarizer_price: ModelPrice | None
+    strategy: Strategy | None
+    meter: _Meter = field(default_factory=_Meter)
+    key: MemoryKey = field(default_factory=lambda: MemoryKey(session=f"replay-{uuid.uuid4().hex}"))
+
+    def __post_init__(self) -> None:
+        if self.strategy is not None:
+            self.strategy = _metered(self.strategy, self.meter, self.counter)
+        self.out = Replay(self.name, self.price.model, description=_describe(self.strategy))
+        self.overhead = self.counter.count_messages([])
+        self.history_tokens = self.overhead
+        self.counted = 0
+        self.previous: list[BaseMessage] = []
+        self.previous_tokens: list[int] = []
+        self.state: Any = None
+        self.newest_human: BaseMessage | None = None
+
+    def histories(self) -> Iterator[tuple[int, Sequence[BaseMessage]]]:
+        for position in model_calls(self.messages):
+            history = self.messages[:position]
+            for m in self.messages[self.counted : position]:
+                self.history_tokens += self.counter.count_message(m)
+                if isinstance(m, HumanMessage):
+                    self.newest_human = m
+            self.counted = position
+            yield position, history
+
+    def record(
+        self,
+        position: int,
+        history: Sequence[BaseMessage],
+        view: list[BaseMessage],
+        report: Any,
+        seconds: float,
+        meter_before: _Meter,
+    ) -> None:
+        counter, meter = self.counter, self.meter
+        if report is None:  # the whole history
+            view_tokens = self.history_tokens
+        else:
+            view_tokens = report.tokens_after
+            if report.budget is not None:
+                self.out.budget = report.budget
+        shared = _common_prefix(self.previous, view)
+        if shared == 0:
+            cached = 0
+        elif shared == len(self.previous):
+            cached = self.previous_tokens[-1] if self.previous_tokens else 0
+        else:
+            cached = self.overhead + sum(counter.count_message(m) for m in view[:shared])
+        cached = min(cached, view_tokens)
+        output = counter.count_message(self.messages[position])
+        s_in = meter.input_tokens - meter_before.input_tokens
+        s_out = meter.output_tokens - meter_before.output_tokens
+        summarizing = 0.0
+        if self.summarizer_price is not None:
+            summarizing = self.summarizer_price.cost(input_tokens=s_in, output_tokens=s_out)
+        newest = self.newest_human
+        findings = validate(view)
+        self.out.calls.append(
+            CallRecord(
+                call=len(self.out.calls) + 1,
+                position=position,
+                history_messages=len(history),
+                history_tokens=self.history_tokens,
+                view_messages=len(view),
+                view_tokens=view_tokens,
+                cached_tokens=cached,
+                output_tokens=output,
+                prefix_kept=bool(self.previous) and shared == len(self.previous),
+                folded=0 if report is None else report.folded,
+                summarizer_calls=meter.calls - meter_before.calls,
+                summarizer_input_tokens=s_in,
+                summarizer_output_tokens=s_out,
+                summary_tokens=0 if report is None else report.summary_tokens,
+                digested=0 if report is None else report.digested,
+                retrieved_tokens=0 if report is None else report.retrieved_tokens,
+                dropped=0 if report is None else report.messages_dropped,
+                valid=not any(f.severity == "error" for f in findings),
+                newest_human_shown=newest is None or any(_same(m, newest) for m in view),
+                over_budget=report is not None
+                and report.budget is not None
+                and view_tokens > report.budget,
+                cost=self.price.cost(input_tokens=view_tokens, output_tokens=output) + summarizing,
+                cost_cached=self.price.cost(
+                    input_tokens=view_tokens, output_tokens=output, cached_tokens=cached
+                )
+                + summarizing,
+                seconds=max(seconds - (meter.seconds - meter_before.seconds), 0.0),
+            )
+        )
+        # the next call's cache holds this view and its answer
+        self.previous = [*view, self.messages[position]]
+        self.previous_tokens = [view_tokens + output]
+
+
+def _describe(strategy: Strategy | None) -> str:
+    return "the whole history every call" if strategy is None else repr(strategy)
+
+
+def _setup(
+    name: str,
+    messages: Sequence[BaseMessage],
+    strategy: StrategyLike,
+    model: str,
+    counter: CounterLike,
+    prices: Prices | None,
+    summarizer_model: str | None,
+) -> _Replayer:
+    prices = load_prices() if prices is None else prices
+    own = counter is None and strategy is not None
+    resolved = strategy.counter if own and strategy is not None else as_counter(counter)
+    return _Replayer(
+        name=name,
+        messages=list(messages),
+        counter=resolved,
+        price=prices.get(model),
+        summarizer_price=None if summarizer_model is None else prices.get(summarizer_model),
+        strategy=strategy,
+    )
+
+
+def replay(
+    messages: Sequence[BaseMessage],
+    strategy: StrategyLike,
+    *,
+    name: str | None = None,
+    model: str = DEFAULT_MODEL,
+    counter: CounterLike = None,
+    prices: Prices | None = None,
+    summarizer_model: str | None = None,
+    progress: bool | None = None,
+) -> Replay:
+    """Replay ``messages`` through ``strategy`` (``None``: the whole history every call).
+
+    Args:
+        messages: the transcript, oldest first (see :func:`langmem_ext.replay.load_transcript`).
+        strategy: any :class:`~langmem_ext.strategies.engine.Strategy`; it is not changed (a
+            summarizer is measured through a copy). A ``Retrieval`` gets a memory key of its own
+            per replay, so replays never share an index.
+        name: the label in tables and plots (default: the strategy's class name).
+        model: ``provider:name`` whose prices the cost columns use (see
+            :func:`~langmem_ext.replay.prices.load_prices`).
+        counter: counts the tokens of every figure; default: the strategy's own counter (the
+            approximate counter for ``None``).
+        prices: default: the built-in prices.
+        summarizer_model: prices the summarizer's tokens at this model's prices (``None``: the
+            summarizer costs nothing, as the offline extractive one).
+        progress: a progress bar on stderr: ``None`` shows it on a terminal only.
+
+    A strategy that raises (a budget too small for a turn) ends the replay at that call: the
+    calls before it are kept and ``Replay.error`` says what happened.
+    """
+    run = _setup(
+        name or _default_name(strategy),
+        messages,
+        strategy,
+        model,
+        counter,
+        prices,
+        summarizer_model,
+    )
+    bar = _progress(len(model_calls(run.messages)), run.name, progress)
+    try:
+        for position, history in run.histories():
+            before = copy.copy(run.meter)
+            start = time.perf_counter()
+            try:
+                view, report = _step(run, history)
+            except Exception as exc:
+                run.out.error = f"call {len(run.out.calls) + 1}: {type(exc).__name__}: {exc}"
+                break
+            run.record(position, history, view, report, time.perf_counter() - start, before)
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    return run.out
+
+
+async def areplay(
+    messages: Sequence[BaseMessage],
+    strategy: StrategyLike,
+    *,
+    name: str | None = None,
+    model: str = DEFAULT_MODEL,
+    counter: CounterLike = None,
+    prices: Prices | None = None,
+    summarizer_model: str | None = None,
+    progress: bool | None = None,
+) -> Replay:
+    """Async :func:`replay` (``aapply`` at every call: the summarizer is awaited)."""
+    run = _setup(
+        name or _default_name(strategy),
+        messages,
+        strategy,
+        model,
+        counter,
+        prices,
+        summarizer_model,
+    )
+    bar = _progress(len(model_calls(run.messages)), run.name, progress)
+    try:
+        for position, history in run.histories():
+            before = copy.copy(run.meter)
+            start = time.perf_counter()
+            try:
+                if run.strategy is None:
+                    view, report = list(history), None
+                else:
+                    result = await run.strategy.aapply(history, run.state, key=run.key)
+                    run.state = result.state
+                    view, report = result.messages, result.report
+            except Exception as exc:
+                run.out.error = f"call {len(run.out.calls) + 1}: {type(exc).__name__}: {exc}"
+                break
+            run.record(position, history, view, report, time.perf_counter() - start, before)
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    return run.out
+
+
+def _step(run: _Replayer, history: Sequence[BaseMessage]) -> tuple[list[BaseMessage], Any]:
+    if run.strategy is None:
+        return list(history), None
+    result = run.strategy.apply(history, run.state, key=run.key)
+    run.state = result.state
+    return result.messages, result.report
+
+
+def _default_name(strategy: StrategyLike) -> str:
+    return "full history" if strategy is None else type(strategy).__name__
+
+
+# --------------------------------------------------------------------------------------------
+# several strategies side by side
+
+#: the columns of :meth:`Comparison.table`: (key of ``Replay.totals()``, header, format)
+COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("strategy", "strategy", str),
+    ("calls", "calls", lambda v: f"{v:,}"),
+    ("mean_view_tokens", "mean view", lambda v: f"{v:,.0f}"),
+    ("max_view_tokens", "max view", lambda v: f"{v:,}"),
+    ("input_vs_full", "input ÷ full", lambda v: f"{v:.2f}x"),
+    ("prefix_kept", "prefix kept", lambda v: f"{v:.1%}"),
+    ("cached_share", "cached input", lambda v: f"{v:.1%}"),
+    ("summary_events", "summaries", lambda v: f"{v:,}"),
+    ("summarizer_input_tokens", "summarizer read", lambda v: f"{v:,}"),
+    ("cost", "cost", lambda v: f"${v:,.4f}"),
+    ("cost_cached", "cost, cached", lambda v: f"${v:,.4f}"),
+    ("invalid_views", "invalid", lambda v: f"{v:,}"),
+    ("over_budget", "over budget", lambda v: f"{v:,}"),
+)
+
+
+@dataclass
+class Comparison:
+    """Replays of one transcript side by side (see :func:`compare`)."""
+
+    replays: list[Replay]
+    model: str
+    source: str = ""
+    transcript_messages: int = 0
+
+    def rows(self) -> list[dict[str, Any]]:
+        """``Replay.totals()`` of each replay, in order."""
+        return [r.totals() for r in self.replays]
+
+    def table(self, *, markdown: bool = True) -> str:
+        """The totals as a markdown table (or aligned plain text), one row per strategy, with
+        a line under it per replay that stopped early."""
+        header = [h for _, h, _ in COLUMNS]
+        body = [[fmt(row[key]) for key, _, fmt in COLUMNS] for row in self.rows()]
+        if markdown:
+            lines = ["| " + " | ".join(header) + " |"]
+            lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+            lines += ["| " + " | ".join(r) + " |" for r in body]
+        else:
+            widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+            lines = [
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(header, widths, strict=True))
+                )
+            ]
+            lines += [
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                )
+                for r in body
+            ]
+        for r in self.replays:
+            if r.error:
+                lines.append(f"{r.name} stopped at {r.error}")
+        return "\n".join(lines)
+
+    def to_csv(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
+        """One row per strategy and model call (every :class:`CallRecord` field); written to
+        ``target`` (a path or an open text file) when given, and returned."""
+        buffer = io.StringIO()
+        names = ["strategy", *CallRecord.__slots__]
+        writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        for r in self.replays:
+            for c in r.calls:
+                writer.writerow({"strategy": r.name, **asdict(c)})
+        return _write(buffer.getvalue(), target)
+
+    def to_json(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
+        """Everything: the transcript, the model, and per strategy its totals and calls."""
+        data = {
+            "source": self.source,
+            "transcript_messages": self.transcript_messages,
+            "model": self.model,
+            "strategies": [
+                {
+                    "name": r.name,
+                    "description": r.description,
+                    "totals": r.totals(),
+                    "calls": [asdict(c) for c in r.calls],
+                }
+                for r in self.replays
+            ],
+        }
+        return _write(json.dumps(data, indent=1) + "\n", target)
+
+    def plot(self, path: str | os.PathLike[str] | None = None, *, title: str | None = None) -> Any:
+        """Four panels: view tokens per call (summary events marked), cumulative input tokens,
+        cumulative cost with and without prompt caching, and the share of each view served
+        from the prompt cache. Saved as PNG at ``path`` when given; returns the matplotlib
+        figure. Needs matplotlib (``pip install 'langmem-ext[experiment]'``)."""
+        from langmem_ext.replay.plots import plot_comparison
+
+        return plot_comparison(self, path, title=title)
+
+
+def _write(text: str, target: str | os.PathLike[str] | IO[str] | None) -> str:
+    if target is None:
+        return text
+    if isinstance(target, (str, os.PathLike)):
+        with open(target, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    else:
+        target.write(text)
+    return text
+
+
+def _named(
+    strategies: Mapping[str, StrategyLike] | Sequence[StrategyLike],
+) -> list[tuple[str, StrategyLike]]:
+    if isinstance(strategies, Mapping):
+        return list(strategies.items())
+    named: list[tuple[str, StrategyLike]] = []
+    seen: dict[str, int] = {}
+    for strategy in strategies:
+        base = _default_name(strategy)
+        seen[base] = seen.get(base, 0) + 1
+        named.append((base if seen[base] == 1 else f"{base} #{seen[base]}", strategy))
+    return named
+
+
+def compare(
+    messages: Sequence[BaseMessage],
+    strategies: Mapping[str, StrategyLike] | Sequence[StrategyLike],
+    *,
+    model: str = DEFAULT_MODEL,
+    counter: CounterLike = None,
+    prices: Prices | None = None,
+    summarizer_model: str | None = None,
+    progress: bool | None = None,
+    source: str = "",
+) -> Comparison:
+    """:func:`replay` each strategy (a mapping name -> strategy, or a list) over ``messages``.
+
+    Give every strategy the same ``counter`` (or leave it ``None`` to use each strategy's own)
+    so that the figures compare. ``None`` as a strategy is the whole history every call.
+    """
+    prices = load_prices() if prices is None else prices
+    shared = None if counter is None else as_counter(counter)
+    replays = [
+        replay(
+            messages,
+            strategy,
+            name=name,
+            model=model,
+            counter=shared,
+            prices=prices,
+            summarizer_model=summarizer_model,
+            progress=progress,
+        )
+        for name, strategy in _named(strategies)
+    ]
+    return Comparison(replays, prices.get(model).model, source, len(messages))

@@ -1,0 +1,117 @@
+"""Plots of a :class:`~langmem_ext.replay.engine.Comparison` (matplotlib, imported on use)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import TYPE_CHECKING, Any
+
+from langmem_ext.errors import LangmemExtError
+
+if TYPE_CHECKING:
+    from langmem_ext.replay.engine import Comparison
+
+__all__ = ["plot_comparison"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise LangmemExtError(
+            "plots need matplotlib: pip install 'langmem-ext[experiment]'"
+        ) from exc
+    if (
+        os.environ.get("MPLBACKEND") is None
+        and "matplotlib.pyplot" not in __import__("sys").modules
+    ):
+        matplotlib.use("Agg")  # no screen needed; a notebook has already chosen its backend
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _cumulative(values: list[float]) -> list[float]:
+    return list(itertools.accumulate(values))
+
+
+def plot_comparison(
+    comparison: Comparison, path: str | os.PathLike[str] | None = None, *, title: str | None = None
+) -> Any:
+    """The figure of :meth:`Comparison.plot`; saved as PNG at ``path`` when given."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), constrained_layout=True)
+    (tokens_ax, input_ax), (cost_ax, cache_ax) = axes
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(comparison.replays):
+        color = colors[i % len(colors)]
+        calls = [c.call for c in r.calls]
+        tokens_ax.plot(calls, [c.view_tokens for c in r.calls], color=color, lw=1, label=r.name)
+        events = [c for c in r.calls if c.folded]
+        if events:
+            tokens_ax.scatter(
+                [c.call for c in events],
+                [c.view_tokens for c in events],
+                color=color,
+                marker="v",
+                s=18,
+                zorder=3,
+            )
+        if r.budget is not None:
+            tokens_ax.axhline(r.budget, color=color, lw=0.8, ls=":")
+        input_ax.plot(
+            calls, _cumulative([c.view_tokens for c in r.calls]), color=color, label=r.name
+        )
+        cost_ax.plot(calls, _cumulative([c.cost for c in r.calls]), color=color, ls="--", lw=1)
+        cost_ax.plot(
+            calls, _cumulative([c.cost_cached for c in r.calls]), color=color, label=r.name
+        )
+        shares = [c.cached_tokens / c.view_tokens if c.view_tokens else 0.0 for c in r.calls]
+        cache_ax.plot(calls, _rolling(shares, 10), color=color, label=r.name)
+    tokens_ax.set(
+        title="Tokens the model sees per call (▼ summary, ··· budget)",
+        xlabel="model call",
+        ylabel="tokens",
+    )
+    input_ax.set(title="Cumulative input tokens", xlabel="model call", ylabel="tokens")
+    cost_ax.set(
+        title=f"Cumulative cost, {comparison.model} (- - without prompt caching)",
+        xlabel="model call",
+        ylabel="US dollars",
+    )
+    cache_ax.set(
+        title="Input served from the prompt cache (10-call mean)",
+        xlabel="model call",
+        ylabel="share of input",
+        ylim=(0, 1.02),
+    )
+    peaks = [max((c.view_tokens for c in r.calls), default=0) for r in comparison.replays]
+    if peaks and min(peaks) > 0 and max(peaks) > 10 * min(peaks):
+        # the whole history next to budgets: a log scale keeps the budgets readable
+        for ax in (tokens_ax, input_ax, cost_ax):
+            ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    thousands = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}")
+    for ax in (tokens_ax, input_ax):
+        ax.yaxis.set_major_formatter(thousands)
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    tokens_ax.legend(fontsize="small", loc="upper left")
+    if title is None and comparison.source:
+        title = f"{comparison.source}: {comparison.transcript_messages:,} messages"
+    if title:
+        fig.suptitle(title)
+    if path is not None:
+        fig.savefig(path, dpi=110, metadata={"Software": None})
+    return fig
+
+
+def _rolling(values: list[float], width: int) -> list[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= width:
+            total -= values[i - width]
+        out.append(total / min(i + 1, width))
+    return out

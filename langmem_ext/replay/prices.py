@@ -1,0 +1,166 @@
+"""Model prices for the cost columns of a replay: input, cached input, cache writes and output.
+
+The package ships list prices (``langmem_ext/_data/prices.json``, US dollars per million tokens);
+:func:`load_prices` reads them and overlays a file of your own in the same shape. A model is
+named ``provider:name``; a dated or suffixed name (``claude-3-5-haiku-20241022``,
+``gpt-4o-mini-2024-07-18``) takes the price of the longest listed name it starts with.
+
+Prompt caching is modelled the way the providers bill it: the part of a request that repeats
+the previous request's prefix is read from the cache at ``cached_input`` when it is at least
+``min_cached_tokens`` long (counted down to a multiple of ``cache_step``); the rest is billed at
+``input``, or at ``cache_write`` where the provider charges for writing the cache (Anthropic).
+The cache is assumed warm between consecutive calls (providers keep it for minutes).
+
+Example:
+    >>> prices = load_prices()
+    >>> price = prices.get("openai:gpt-4o-mini-2024-07-18")
+    >>> price.model, price.input, price.cached_input
+    ('openai:gpt-4o-mini', 0.15, 0.075)
+    >>> round(price.cost(input_tokens=10_000, output_tokens=500), 6)
+    0.0018
+    >>> round(price.cost(input_tokens=10_000, output_tokens=500, cached_tokens=8_000), 6)
+    0.001205
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from langmem_ext.errors import LangmemExtError
+
+__all__ = ["ModelPrice", "PriceError", "Prices", "load_prices"]
+
+_MILLION = 1_000_000
+
+
+class PriceError(LangmemExtError, ValueError):
+    """A prices file that cannot be read, or a model with no price."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPrice:
+    """The prices of one model, US dollars per million tokens, and its provider's cache rules."""
+
+    model: str
+    input: float
+    output: float
+    cached_input: float | None = None
+    cache_write: float | None = None
+    min_cached_tokens: int = 1024
+    cache_step: int = 1
+
+    def cacheable(self, prefix_tokens: int) -> int:
+        """How many of ``prefix_tokens`` repeated tokens the provider bills as cache reads."""
+        if self.cached_input is None or prefix_tokens < self.min_cached_tokens:
+            return 0
+        return prefix_tokens - prefix_tokens % max(self.cache_step, 1)
+
+    def cost(
+        self, *, input_tokens: int, output_tokens: int, cached_tokens: int | None = None
+    ) -> float:
+        """The dollars of one call. ``cached_tokens=None`` bills every input token at
+        ``input`` (no prompt caching); otherwise ``cached_tokens`` (the repeated prefix, before
+        :meth:`cacheable` applies the provider's rules) are cache reads and the rest cache
+        writes where the provider bills those."""
+        output = output_tokens * self.output
+        if cached_tokens is None:
+            return (input_tokens * self.input + output) / _MILLION
+        read = min(self.cacheable(cached_tokens), input_tokens)
+        fresh = input_tokens - read
+        read_price = self.cached_input if self.cached_input is not None else self.input
+        fresh_price = self.cache_write if self.cache_write is not None else self.input
+        return (read * read_price + fresh * fresh_price + output) / _MILLION
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Prices by ``provider:model``; :meth:`get` resolves the names people write."""
+
+    models: Mapping[str, ModelPrice]
+    source: str = "built-in"
+
+    def get(self, model: str) -> ModelPrice:
+        """The price of ``model`` (``"openai:gpt-4o"``, ``"gpt-4o"``, a dated name); raises
+        :class:`PriceError` listing the known models when there is none."""
+        name = model.strip()
+        if ":" not in name:  # a bare name: the provider whose list has it
+            candidates = [key for key in self.models if key.split(":", 1)[1] == name]
+            if not candidates:
+                candidates = [key for key in self.models if name.startswith(key.split(":", 1)[1])]
+        else:
+            candidates = [key for key in self.models if name == key or name.startswith(key)]
+        if not candidates:
+            known = ", ".join(sorted(self.models))
+            raise PriceError(
+                f"no price for model {model!r} ({self.source}); known: {known}. "
+                "Pass a prices file with --prices (see langmem_ext/_data/prices.json)"
+            )
+        return self.models[max(candidates, key=len)]
+
+
+def _price(model: str, entry: Any, rules: Mapping[str, Any], source: str) -> ModelPrice:
+    if not isinstance(entry, Mapping):
+        raise PriceError(f"{source}: model {model!r}: expected an object, got {entry!r}")
+    try:
+        values = {
+            name: float(entry[name]) if entry.get(name) is not None else None
+            for name in ("input", "output", "cached_input", "cache_write")
+        }
+        base_input, base_output = values.pop("input"), values.pop("output")
+    except KeyError as missing:
+        raise PriceError(f"{source}: model {model!r} has no {missing} price") from None
+    except (TypeError, ValueError) as exc:
+        raise PriceError(f"{source}: model {model!r}: prices must be numbers ({exc})") from None
+    if base_input is None or base_output is None:
+        raise PriceError(f"{source}: model {model!r} needs 'input' and 'output' prices")
+    if any(v is not None and v < 0 for v in (base_input, base_output, *values.values())):
+        raise PriceError(f"{source}: model {model!r}: prices must be >= 0")
+    return ModelPrice(
+        model=model,
+        input=base_input,
+        output=base_output,
+        cached_input=values["cached_input"],
+        cache_write=values["cache_write"],
+        min_cached_tokens=int(rules.get("min_cached_tokens", 1024)),
+        cache_step=int(rules.get("cache_step", 1)),
+    )
+
+
+def _read(data: Any, source: str, base: Mapping[str, Any] | None = None) -> dict[str, ModelPrice]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("models"), Mapping):
+        raise PriceError(f"{source}: expected an object with 'models' (see the built-in file)")
+    providers = dict(base or {})
+    providers.update(data.get("providers") or {})
+    prices = {}
+    for model, entry in data["models"].items():
+        if ":" not in model:
+            raise PriceError(f"{source}: model {model!r} must be named provider:name")
+        rules = providers.get(model.split(":", 1)[0], {})
+        prices[model] = _price(model, entry, rules, source)
+    return prices
+
+
+def load_prices(path: str | os.PathLike[str] | None = None) -> Prices:
+    """The built-in prices, with the models of the JSON file at ``path`` (if given) added or
+    replacing the built-in ones."""
+    builtin = json.loads(
+        resources.files("langmem_ext").joinpath("_data/prices.json").read_text(encoding="utf-8")
+    )
+    models = _read(builtin, "built-in prices")
+    if path is None:
+        return Prices(models)
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise PriceError(f"{source}: cannot read prices: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise PriceError(f"{source} line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    models.update(_read(data, source, builtin.get("providers")))
+    return Prices(models, source=f"built-in prices + {source}")

@@ -1,0 +1,222 @@
+"""Strategies named on a command line: ``"summary_buffer:max_tokens=8000"``.
+
+A spec is ``NAME[:ARGS]``. ``NAME`` is a strategy of the package in snake case or as its class
+name (``token_budget``, ``TokenBudget``, ``sliding_window``, ``tool_digest``,
+``summary_buffer``, ``compacting``, ``tiered_summary``), ``full`` (no strategy: the whole
+history every call), or ``retrieval+INNER`` (``Retrieval`` wrapping ``INNER``). ``ARGS`` are
+``key=value`` pairs separated by commas, passed to the constructor; a bare first value is the
+first positional argument (``token_budget:8000``). Values are read as integers (``8000``,
+``8_000``, ``8k``), numbers, ``true``/``false``/``none``, or text.
+
+For ``retrieval+INNER``, the keywords ``Retrieval`` takes (``k``, ``max_retrieved_tokens``,
+``neighbors`` ...) go to it and the rest to the inner strategy. Summarizing strategies get the
+``summarizer`` given to :func:`parse_strategy` unless the spec names one.
+
+Example:
+    >>> from langmem_ext import ExtractiveSummarizer
+    >>> name, strategy = parse_strategy("summary_buffer:8k,max_summary_tokens=500",
+    ...                                 summarizer=ExtractiveSummarizer())
+    >>> name, type(strategy).__name__, strategy.config.max_tokens
+    ('summary_buffer:8k,max_summary_tokens=500', 'SummaryBuffer', 8000)
+    >>> try:
+    ...     parse_strategy("token_budget:max_token=100")
+    ... except SpecError as error:
+    ...     print(str(error)[:96])
+    strategy 'token_budget:max_token=100': TokenBudget has no argument 'max_token' (did you mean max
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+from langmem_ext.core.tokens import CounterLike
+from langmem_ext.errors import LangmemExtError
+from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.presets import (
+    Compacting,
+    SlidingWindow,
+    SummaryBuffer,
+    TieredSummary,
+    TokenBudget,
+    ToolDigest,
+)
+from langmem_ext.strategies.retrieval import Retrieval
+from langmem_ext.strategies.summarize import SummarizerLike
+
+__all__ = ["STRATEGIES", "SpecError", "parse_strategy"]
+
+
+class SpecError(LangmemExtError, ValueError):
+    """A strategy spec that names no strategy or passes arguments it does not take."""
+
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    "token_budget": TokenBudget,
+    "sliding_window": SlidingWindow,
+    "tool_digest": ToolDigest,
+    "summary_buffer": SummaryBuffer,
+    "compacting": Compacting,
+    "tiered_summary": TieredSummary,
+}
+_ALIASES = {"trim": "token_budget", "window": "sliding_window", "tiered": "tiered_summary"}
+_FULL = ("full", "none", "full_history")
+_SUMMARIZING = (SummaryBuffer, Compacting, TieredSummary)
+_NUMBER = re.compile(r"[+-]?\d[\d_]*(?:\.\d+)?[kKmM]?")
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_BY_KEY = {_key(n): n for n in STRATEGIES} | {_key(c.__name__): n for n, c in STRATEGIES.items()}
+_BY_KEY |= {_key(a): n for a, n in _ALIASES.items()}
+
+
+def _value(text: str) -> Any:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes"):
+        return True
+    if lowered in ("false", "no"):
+        return False
+    if lowered in ("none", "null"):
+        return None
+    if _NUMBER.fullmatch(lowered):
+        scale = {"k": 1_000, "m": 1_000_000}.get(lowered[-1], 1)
+        digits = lowered.rstrip("km").replace("_", "")
+        number = float(digits) * scale
+        return int(number) if number.is_integer() and ("." not in digits or scale > 1) else number
+    return text.strip()
+
+
+def _class(name: str, spec: str) -> type[Strategy]:
+    found = _BY_KEY.get(_key(name))
+    if found is None:
+        known = ", ".join([*STRATEGIES, "full", "retrieval+<strategy>"])
+        close = difflib.get_close_matches(name.lower(), [*STRATEGIES, *_FULL], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise SpecError(f"strategy {spec!r}: unknown strategy {name!r}{hint}; known: {known}")
+    return STRATEGIES[found]
+
+
+def _parameters(cls: type[Any]) -> list[str]:
+    return [
+        p.name
+        for p in inspect.signature(cls.__init__).parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def _arguments(text: str, spec: str) -> tuple[list[Any], dict[str, Any]]:
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            if keywords or positional:
+                raise SpecError(
+                    f"strategy {spec!r}: {part!r} needs a name (key=value); only the first "
+                    "value may be given without one"
+                )
+            positional.append(_value(part))
+        elif not key.strip().isidentifier():
+            raise SpecError(f"strategy {spec!r}: {key.strip()!r} is not an argument name")
+        else:
+            keywords[key.strip()] = _value(value)
+    return positional, keywords
+
+
+def _check(cls: type[Any], keywords: dict[str, Any], spec: str) -> None:
+    accepted = _parameters(cls)
+    for name in keywords:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, accepted, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            listed = ", ".join(a for a in accepted if a not in ("summarizer", "store", "inner"))
+            raise SpecError(
+                f"strategy {spec!r}: {cls.__name__} has no argument {name!r}{hint}; "
+                f"it takes: {listed}"
+            )
+
+
+def _build(cls: type[Any], args: list[Any], keywords: dict[str, Any], spec: str) -> Any:
+    try:
+        return cls(*args, **keywords)
+    except (TypeError, ValueError, LangmemExtError) as exc:
+        raise SpecError(f"strategy {spec!r}: {exc}") from None
+
+
+def default_store(embeddings: Embeddings | None = None) -> Any:
+    """The store a ``retrieval+...`` spec indexes into: an ``InMemoryStore`` with the local
+    MiniLM embeddings when the ``embeddings`` extra is installed (dense + BM25 ranking), without
+    an index otherwise (BM25 only)."""
+    from langgraph.store.memory import InMemoryStore
+
+    if embeddings is None:
+        try:
+            from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+
+            model = LocalMiniLMEmbeddings()
+            model.load()
+            embeddings = model
+        except Exception:  # no extra, no model files: BM25 ranking only
+            return InMemoryStore()
+    return InMemoryStore(index={"dims": 384, "embed": embeddings, "fields": ["text"]})
+
+
+def parse_strategy(
+    spec: str,
+    *,
+    counter: CounterLike = None,
+    summarizer: SummarizerLike | None = None,
+    store: Callable[[], Any] | None = None,
+) -> tuple[str, Strategy | None]:
+    """``(spec, strategy)`` for ``spec`` (``None`` for ``full``); raises :class:`SpecError`
+    naming the spec, the argument and what is accepted.
+
+    Args:
+        counter: the counter every strategy gets unless the spec names one.
+        summarizer: for the summarizing strategies (required by them).
+        store: makes the store of a ``retrieval+`` spec (default: :func:`default_store`).
+    """
+    text = spec.strip()
+    head, _, rest = text.partition(":")
+    head = head.strip()
+    if _key(head) in {_key(f) for f in _FULL}:
+        if rest.strip():
+            raise SpecError(f"strategy {spec!r}: 'full' takes no arguments")
+        return text, None
+    retrieval = head.lower().startswith("retrieval")
+    if retrieval:
+        _, plus, inner_name = head.partition("+")
+        if not plus or not inner_name.strip():
+            raise SpecError(
+                f"strategy {spec!r}: retrieval wraps a strategy: write retrieval+<strategy>, "
+                "e.g. 'retrieval+token_budget:4500,k=5'"
+            )
+        head = inner_name.strip()
+    cls = _class(head, text)
+    args, keywords = _arguments(rest, text)
+    outer: dict[str, Any] = {}
+    if retrieval:
+        taken = set(_parameters(Retrieval)) - {"inner", "max_tokens", "store", "sources", "key"}
+        outer = {k: keywords.pop(k) for k in list(keywords) if k in taken}
+    _check(cls, keywords, text)
+    if counter is not None and "counter" not in keywords:
+        keywords["counter"] = counter
+    if issubclass(cls, _SUMMARIZING) and "summarizer" not in keywords:
+        if summarizer is None:
+            raise SpecError(f"strategy {spec!r}: {cls.__name__} needs a summarizer")
+        keywords["summarizer"] = summarizer
+    strategy = _build(cls, args, keywords, text)
+    if retrieval:
+        outer.setdefault("shared_default", False)
+        strategy = _build(
+            Retrieval, [strategy], {"store": (store or default_store)(), **outer}, text
+        )
+    return text, strategy
