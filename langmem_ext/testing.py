@@ -445,8 +445,11 @@ def _diff(a: MemoryResult, b: MemoryResult) -> str:
     return f"reports differ: {a.report} vs {b.report}"
 
 
+_NO_CLOCK = object()
+
+
 def check_strategy(
-    strategy: Strategy,
+    strategy: Strategy | Callable[[], Strategy],
     *,
     histories: Iterable[Iterable[Sequence[BaseMessage]]] | None = None,
     max_tokens: int | None = None,
@@ -458,7 +461,11 @@ def check_strategy(
 
     Args:
         strategy: any :class:`~langmem_ext.strategies.engine.Strategy` (the package's or a
-            subclass). Its ``clock`` is replaced by a fixed one while the check runs.
+            subclass), or a factory returning a fresh one: each run of each conversation
+            (``apply``, ``aapply``, round trip) then gets its own, which is what a strategy
+            with memory outside its state needs (``Retrieval`` writes its store: check
+            ``lambda: Retrieval(inner, store=InMemoryStore(), ...)``). Its ``clock`` is replaced
+            by a fixed one while the check runs.
         histories: conversations, each the histories seen at its model calls (what
             :func:`agent_loop` yields). Default: ``seeds`` chats of about ``messages``
             messages from :func:`agent_loop` and one long agent turn (one request, many tool
@@ -481,8 +488,7 @@ def check_strategy(
     * **state round-trip**: ``MemoryState.from_json(state.to_json()) == state``, and the next
       call fed with the round-tripped state gives the same result.
 
-    Callbacks of the strategy fire on every run; a Retrieval strategy writes its store on every
-    run, so check it with a fresh store per run rather than here.
+    Callbacks of the strategy fire on every run.
 
     Example:
         >>> from langmem_ext.strategies import TokenBudget
@@ -499,9 +505,17 @@ def check_strategy(
         else [(f"history {i}", [list(h) for h in calls]) for i, calls in enumerate(histories)]
     )
     now = [1_700_000_000.0]
-    had_clock = "clock" in vars(strategy)
-    old_clock = vars(strategy).get("clock")
-    strategy.clock = lambda: now[0]
+    clocks: list[tuple[Strategy, Any]] = []  # each instance and its own clock before the check
+
+    def fresh() -> Strategy:
+        made = strategy if isinstance(strategy, Strategy) else strategy()
+        if not isinstance(made, Strategy):
+            raise TypeError(f"check_strategy: the factory returned {type(made).__name__}")
+        if all(s is not made for s, _ in clocks):
+            clocks.append((made, vars(made).get("clock", _NO_CLOCK)))
+            made.clock = lambda: now[0]
+        return made
+
     try:
         call = 0
         for label, calls in conversations:
@@ -512,11 +526,12 @@ def check_strategy(
 
             sync: list[MemoryResult] = []
             state: MemoryState | None = None
+            subject = fresh()
             for i, history in enumerate(calls):
                 tick(i)
-                result = strategy.apply(history, state)
+                result = subject.apply(history, state)
                 where = f"{label} call {start + i + 1}"
-                _check_call(strategy, history, result, where, max_tokens)
+                _check_call(subject, history, result, where, max_tokens)
                 text = result.state.to_json()
                 back = MemoryState.from_json(text)
                 if back != result.state:
@@ -524,12 +539,16 @@ def check_strategy(
                 sync.append(result)
                 state = result.state
 
-            async def run_async(calls: list[list[BaseMessage]] = calls) -> list[MemoryResult]:
+            subject = fresh()
+
+            async def run_async(
+                calls: list[list[BaseMessage]] = calls, subject: Strategy = subject
+            ) -> list[MemoryResult]:
                 out: list[MemoryResult] = []
                 state: MemoryState | None = None
                 for i, history in enumerate(calls):
                     tick(i)
-                    out.append(await strategy.aapply(history, state))
+                    out.append(await subject.aapply(history, state))
                     state = out[-1].state
                 return out
 
@@ -537,12 +556,13 @@ def check_strategy(
                 if a != b:
                     raise _fail("sync == async", f"{label} call {start + i + 1}", _diff(a, b))
             state = None
+            subject = fresh()
             for i, history in enumerate(calls):
                 tick(i)
                 fed: MemoryState | None = (
                     None if state is None else MemoryState.from_json(state.to_json())
                 )
-                result = strategy.apply(history, fed)
+                result = subject.apply(history, fed)
                 if result != sync[i]:
                     where = f"{label} call {start + i + 1}"
                     raise _fail(
@@ -553,7 +573,8 @@ def check_strategy(
                 state = result.state
             call += len(calls)
     finally:
-        if had_clock:
-            setattr(strategy, "clock", old_clock)  # noqa: B010 - an instance override
-        else:
-            del strategy.clock
+        for made, own in clocks:
+            if own is _NO_CLOCK:
+                del made.clock  # the class's clock again
+            else:
+                made.clock = own

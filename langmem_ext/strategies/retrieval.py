@@ -734,6 +734,10 @@ class Retrieval(Strategy):
     def clock(self, clock: Callable[[], float]) -> None:
         self._clock = clock
 
+    @clock.deleter
+    def clock(self) -> None:
+        self._clock = None  # the inner strategy's clock again
+
     def __repr__(self) -> str:
         c = self.config
         return (
