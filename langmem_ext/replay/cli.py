@@ -184,6 +184,14 @@ def _print_calls(comparison: Comparison, every: int) -> None:
 
 
 def _outputs(comparison: Comparison, args: argparse.Namespace) -> None:
+    if args.plot:
+        try:
+            import matplotlib
+        except ImportError:
+            raise ReplayCliError(
+                "--plot needs matplotlib: pip install 'langmem-ext[experiment]'"
+            ) from None
+        matplotlib.use("Agg")  # a file, never a window
     writers = (
         ("--csv", args.csv, comparison.to_csv),
         ("--json", args.json, comparison.to_json),

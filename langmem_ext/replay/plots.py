@@ -16,18 +16,11 @@ __all__ = ["plot_comparison"]
 
 def _pyplot() -> Any:
     try:
-        import matplotlib
+        import matplotlib.pyplot as plt
     except ImportError as exc:
         raise LangmemExtError(
             "plots need matplotlib: pip install 'langmem-ext[experiment]'"
         ) from exc
-    if (
-        os.environ.get("MPLBACKEND") is None
-        and "matplotlib.pyplot" not in __import__("sys").modules
-    ):
-        matplotlib.use("Agg")  # no screen needed; a notebook has already chosen its backend
-    import matplotlib.pyplot as plt
-
     return plt
 
 
