@@ -218,8 +218,8 @@ def test_item5_a_turn_another_worker_completed_is_reloaded() -> None:
     the partial turn; worker B the whole one: A's index must replace its partial copy."""
     store = InMemoryStore()
     inner = TokenBudget(900, start_on="any")  # a view may start at an answer
-    a = Retrieval(inner, store=store, ranking="bm25", key=ANN)
-    b = Retrieval(inner, store=store, ranking="bm25", key=ANN)
+    a = Retrieval(inner, store=store, ranking="bm25", key=ANN, max_retrieved_tokens=600)
+    b = Retrieval(inner, store=store, ranking="bm25", key=ANN, max_retrieved_tokens=600)
     history = turns(0, 20, {})
     history[1] = AIMessage("Noted. The password for the wifi is PELICAN-77.", id="a0")
     uid = "/".join((*ANN.namespace("turns"), "h0"))
@@ -505,10 +505,12 @@ def test_item9_wrong_types_are_named_at_construction(kwargs: dict[str, Any], mes
 
 
 def test_item9_a_context_budget_that_leaves_no_room_blames_max_retrieved_tokens() -> None:
-    """``Retrieval(TokenBudget(600))`` kept the default 600-token context budget, and the first
-    apply blamed the inner strategy's reserve_tokens, which the user never set."""
+    """``Retrieval(TokenBudget(600), max_retrieved_tokens=600)`` used to pass, and the first
+    apply blamed the inner strategy's reserve_tokens, which the user never set. (The default
+    context budget is a quarter of the inner budget, so the default always leaves room.)"""
+    assert Retrieval(TokenBudget(600), store=InMemoryStore()).max_retrieved_tokens == 150
     with pytest.raises(ValueError, match=r"max_retrieved_tokens \(600\) is held back") as error:
-        Retrieval(TokenBudget(600), store=InMemoryStore())
+        Retrieval(TokenBudget(600), store=InMemoryStore(), max_retrieved_tokens=600)
     assert "Lower max_retrieved_tokens (e.g. 150)" in str(error.value)
     with pytest.raises(ValueError, match=r"max_retrieved_tokens \(700\).*leaves 540"):
         Retrieval(

@@ -114,7 +114,9 @@ def context(result: Any) -> str:
 
 def test_every_evicted_turn_is_indexed_once_under_its_first_message_id() -> None:
     store = CountingStore()
-    strategy = Retrieval(TokenBudget(900), store=store, ranking="bm25", key=KEY)
+    strategy = Retrieval(
+        TokenBudget(900), store=store, ranking="bm25", key=KEY, max_retrieved_tokens=600
+    )
     history = conversation(30)
     result = run(strategy, history)
     shown = {m.id for m in result.messages}
@@ -196,6 +198,7 @@ def test_neighbours_only_fill_what_the_results_leave() -> None:
             max_retrieved_tokens=800,
             neighbors=neighbors,
             key=KEY,
+            compact=False,  # whole turns: the budget runs out before every neighbour fits
         )
         picked[neighbors] = ask(strategy, history, "locker code, peanuts, Anna and topic 20?")
     assert picked[0].report.retrieved == picked[1].report.retrieved

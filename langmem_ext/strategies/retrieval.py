@@ -75,7 +75,7 @@ from langmem_ext.core._fences import neutralize
 from langmem_ext.core._identity import fingerprint, key_at, keys_between
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import is_system
-from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion
+from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion, tokenize
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.strategies.engine import DECLINED, IoRequest, Plan, Request, Strategy
@@ -99,6 +99,14 @@ Source = BaseRetriever | VectorStore
 #: Retrieval's fusion defaults (see ``rrf_k`` / ``dense_weight``)
 RRF_K = 5
 DENSE_WEIGHT = 2.0
+#: compact packing: a retrieved turn whose user message has at least this many words comes back
+#: as that message and the reply's sentences that share a word with the query (measured on CRI:
+#: bench/retrieval.py)
+_COMPACT_WORDS = 8
+#: how many results each ranking brings to the fusion when ``k`` is None (as many as fit)
+_CANDIDATES = 60
+#: the default context budget is the inner budget over this
+_SHARE = 4
 
 _KIND = "turns"
 #: the namespace kind of the change marks (see the module notes)
@@ -282,22 +290,64 @@ def _turn_groups(messages: Sequence[BaseMessage], start: int, stop: int) -> list
     return groups
 
 
+def _embedded(op: PutOp) -> set[str]:
+    """The texts a turn write embeds: its messages (``parts``), or its text (older writes)."""
+    value = op.value or {}
+    parts = value.get("parts")
+    return {str(p) for p in parts} if parts else {str(value.get("text", ""))}
+
+
 def _distinct_texts(ops: Sequence[PutOp]) -> list[list[PutOp]]:
-    """The writes split so that no batch holds the same text twice: ``InMemoryStore.batch``
+    """The writes split so that no batch embeds the same text twice: ``InMemoryStore.batch``
     fails when one batch embeds a text twice (langchain-ai/langgraph#8822)."""
     batches: list[list[PutOp]] = []
     texts: list[set[str]] = []
     for op in ops:
-        text = str((op.value or {}).get("text", ""))
+        mine = _embedded(op)
         for batch, seen in zip(batches, texts, strict=True):
-            if text not in seen:
+            if seen.isdisjoint(mine):
                 batch.append(op)
-                seen.add(text)
+                seen.update(mine)
                 break
         else:
             batches.append([op])
-            texts.append({text})
+            texts.append(set(mine))
     return batches
+
+
+def _parts(messages: Sequence[BaseMessage]) -> list[str]:
+    """Each message of a turn rendered alone (distinct, non-empty): what the dense index embeds,
+    one vector per message (a search scores a turn by its best message), and what compact
+    packing chooses from."""
+    return list(dict.fromkeys(p for p in (render_turn([m]) for m in messages) if p.strip()))
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _compact(parts: Sequence[str], min_words: int, terms: frozenset[str]) -> str | None:
+    """A retrieved turn as packed: its user message(s) whole, and of each other message only
+    the sentences that share a word with the query (``terms``), when the user messages say
+    enough (at least ``min_words`` words) and the turn has no tool round (a call and its
+    results come back together or not at all); None: the whole turn."""
+    if not parts or any(p.startswith(("assistant called", "tool ")) for p in parts):
+        return None
+    users = [p for p in parts if p.startswith("user: ")]
+    if sum(len(p.split()) - 1 for p in users) < min_words:
+        return None
+    kept: list[str] = []
+    for p in parts:
+        if p in users:
+            kept.append(p)
+            continue
+        role, _, body = p.partition(": ")
+        sentences = _SENTENCE.split(body)
+        hits = [s for s in sentences if not terms.isdisjoint(tokenize(s))]
+        if len(hits) == len(sentences):
+            kept.append(p)
+        elif hits:
+            kept.append(f"{role}: … " + " … ".join(hits))
+    return None if kept == list(parts) else "\n".join(kept)
 
 
 def _normal(text: str) -> str:
@@ -404,12 +454,22 @@ def _check_index(store: BaseStore, ranking: Ranking) -> None:
 _BUDGET_WHY = "it is what the retrieved-context message may cost"
 
 
-def _retrieved_budget(given: int | None, alias: int | None) -> tuple[int, str]:
+def _default_share(inner: object) -> int:
+    """The context budget when none is given: a quarter of the inner strategy's ``max_tokens``
+    (measured on CRI, bench/retrieval.py: at a 4,500-token request, 1,125 tokens of evidence
+    find more than 600 of it, and more than the 4,500-token view alone), else 600."""
+    limit = getattr(getattr(inner, "config", None), "max_tokens", None)
+    return max(limit // _SHARE, 1) if isinstance(limit, int) else 600
+
+
+def _retrieved_budget(
+    given: int | None, alias: int | None, inner: object = None
+) -> tuple[int, str]:
     """The context budget and the name it was given under: ``max_tokens`` is the deprecated
     alias of ``max_retrieved_tokens`` (the inner strategy's ``max_tokens`` is the budget of
     the whole request: one name for two budgets misled)."""
     if alias is None:
-        return (600 if given is None else given), "max_retrieved_tokens"
+        return (_default_share(inner) if given is None else given), "max_retrieved_tokens"
     if given is not None:
         raise TypeError(
             "Retrieval: pass max_retrieved_tokens only (max_tokens is its deprecated "
@@ -457,13 +517,13 @@ class RetrievalConfig:
     :attr:`per_ranking` for what they resolve to). ``sources`` is kept as a tuple.
     """
 
-    k: int = 5
+    k: int | None = None
     max_retrieved_tokens: int = 600
     min_query_length: int = 3
     sources: Sequence[Source] = ()
     scope: Scope = "thread"
     ranking: Ranking = "bm25"
-    neighbors: int = 1
+    neighbors: int = 0
     query_messages: int = 0
     key: MemoryKey | None = None
     shared_default: bool = False
@@ -473,6 +533,8 @@ class RetrievalConfig:
     neighbor_chars: int = 600
     rrf_k: int = RRF_K
     dense_weight: float = DENSE_WEIGHT
+    compact: bool = True
+    min_score: float | None = None
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -482,17 +544,35 @@ class RetrievalConfig:
         self._check_fusion()
 
     @property
+    def max_turns(self) -> int:
+        """At most this many evicted turns per view: ``k``, else as many as the fusion brings
+        (the budget decides)."""
+        return self.per_ranking if self.k is None else self.k
+
+    @property
     def max_passages(self) -> int:
-        """At most this many passages from the sources per view: ``source_k``, else ``k``."""
-        return self.k if self.source_k is None else self.source_k
+        """At most this many passages from the sources per view: ``source_k``, else ``k``
+        (5 when ``k`` is None)."""
+        if self.source_k is not None:
+            return self.source_k
+        return 5 if self.k is None else self.k
 
     @property
     def per_ranking(self) -> int:
-        """How many results each ranking brings to the fusion: ``candidates``, else ``4 * k``."""
-        return 4 * self.k if self.candidates is None else self.candidates
+        """How many results each ranking brings to the fusion: ``candidates``, else ``4 * k``
+        (60 when ``k`` is None)."""
+        if self.candidates is not None:
+            return self.candidates
+        return _CANDIDATES if self.k is None else 4 * self.k
 
     def _check_sizes(self) -> None:
-        _check_int("k", self.k, 1, "it is how many evicted turns a view may bring back")
+        if self.k is not None:
+            _check_int(
+                "k",
+                self.k,
+                1,
+                "it is how many evicted turns a view may bring back (None: the budget decides)",
+            )
         _check_int("max_retrieved_tokens", self.max_retrieved_tokens, 1, _BUDGET_WHY)
         for name in ("min_query_length", "neighbors", "query_messages", "neighbor_chars"):
             _check_int(name, getattr(self, name), 0, "0 turns the feature off")
@@ -504,7 +584,18 @@ class RetrievalConfig:
         if self.source_k is not None:
             _check_int("source_k", self.source_k, 0, "or None for k (0: no passages)")
         if self.candidates is not None:
-            _check_int("candidates", self.candidates, 1, "or None for 4 * k")
+            _check_int("candidates", self.candidates, 1, "or None for 4 * k (60 when k is None)")
+        if self.min_score is not None and not (
+            isinstance(self.min_score, (int, float))
+            and not isinstance(self.min_score, bool)
+            and -1.0 <= self.min_score <= 1.0
+        ):
+            raise ValueError(
+                f"Retrieval: min_score must be a similarity between -1 and 1 or None, got "
+                f"{self.min_score!r}"
+            )
+        if not isinstance(self.compact, bool):
+            raise TypeError(f"Retrieval: compact must be a bool, got {type(self.compact).__name__}")
 
     def _check_choices(self) -> None:
         if self.scope not in ("thread", "user"):
@@ -571,6 +662,10 @@ class _Candidate:
     prev: str = ""
     ids: tuple[str, ...] = ()
     source: str = ""
+    #: the turn's messages, each rendered alone (compact packing chooses from them)
+    parts: tuple[str, ...] = ()
+    #: the dense similarity of the store's search (None: not from a dense ranking)
+    score: float | None = None
 
 
 class _Lexical:
@@ -616,9 +711,12 @@ class Retrieval(Strategy):
             context.
         store: a LangGraph ``BaseStore``. With an ``index`` (``{"dims", "embed"}``, any LangChain
             ``Embeddings``) dense and hybrid ranking are available; without one, BM25 only.
-        k: at most this many evicted turns per view.
+        k: at most this many evicted turns per view; None (the default): as many as fit
+            ``max_retrieved_tokens``, best first.
         max_retrieved_tokens: what the context message may cost (counted with the inner
             counter). It is held back from the inner budget, so it must leave room there.
+            Default: a quarter of the inner strategy's ``max_tokens`` (600 for one without a
+            token budget).
         max_tokens: deprecated alias of ``max_retrieved_tokens`` (the inner strategy's
             ``max_tokens`` is the budget of the whole request: one name for two budgets misled).
         min_query_length: a newest human message with fewer words is not searched for.
@@ -629,8 +727,8 @@ class Retrieval(Strategy):
             default is hybrid when the store has an index, else BM25.
         neighbors: 1 brings retrieved turns with the turn before each (clipped to
             ``neighbor_chars``), so an answer comes with what led to it; neighbours only use the
-            budget the results leave, best result first, and never displace a result. 0: the
-            turns alone.
+            budget the results leave, best result first, and never displace a result. 0 (the
+            default): the turns alone; a neighbour that scores is a result of its own.
         query_messages: how many messages before the newest human message join the query (for
             follow-ups like "and the second one?").
         key: the default memory key: used when a call passes none, and for the parts a call's
@@ -642,7 +740,8 @@ class Retrieval(Strategy):
             so one user could be shown another's turns.
         source_k: at most this many passages from the sources per view (default ``k``).
         source_timeout: seconds a source may take before it is reported and skipped.
-        candidates: how many results each ranking contributes to the fusion (default ``4 * k``).
+        candidates: how many results each ranking contributes to the fusion (default ``4 * k``,
+            60 when ``k`` is None).
         neighbor_chars: a neighbouring turn is clipped to this many characters.
         rrf_k: the reciprocal-rank-fusion constant: ``score = sum(weight / (rrf_k + rank))``. The
             default 5 lets a confident first place win; the textbook 60 favours whatever appears
@@ -651,6 +750,17 @@ class Retrieval(Strategy):
         dense_weight: the dense ranking's weight in hybrid fusion (BM25 and each source: 1). With
             the defaults, hybrid is dense-led, and BM25's first places (an exact name, code or
             number) still come through.
+        compact: pack evidence, not padding. A retrieved turn whose user message says enough
+            (8 words or more) comes back as that message and only those sentences of the reply
+            that share a word with the query; a turn with a tool round always comes back whole.
+            The dense index embeds each message of a turn, so a turn is found by its best
+            message. False: whole turns.
+        min_score: a floor on the dense similarity (the store's ``score``): when no evicted
+            turn reaches it, no turn is retrieved (0 tokens; sources still are). None (the
+            default): no floor. Set it only after measuring on your embedder and data: with the
+            bundled MiniLM, paraphrased questions about planted facts score as low as 0.22 and
+            small talk up to 0.58 (bench/retrieval.py), so no single value separates them. No
+            effect with BM25-only ranking.
 
     Every parameter is checked here (:class:`RetrievalConfig`, kept as ``config``), with an
     error that names it: a bad value never waits for the first turn.
@@ -663,13 +773,13 @@ class Retrieval(Strategy):
         inner: Strategy,
         *,
         store: BaseStore,
-        k: int = 5,
+        k: int | None = None,
         max_retrieved_tokens: int | None = None,
         min_query_length: int = 3,
         sources: Sequence[Source] = (),
         scope: Scope = "thread",
         ranking: Ranking | None = None,
-        neighbors: int = 1,
+        neighbors: int = 0,
         query_messages: int = 0,
         key: MemoryKey | None = None,
         shared_default: bool = False,
@@ -679,11 +789,13 @@ class Retrieval(Strategy):
         neighbor_chars: int = 600,
         rrf_k: int = RRF_K,
         dense_weight: float = DENSE_WEIGHT,
+        compact: bool = True,
+        min_score: float | None = None,
         max_tokens: int | None = None,
     ) -> None:
         _check_inner(inner)
         _check_store(store)
-        budget, budget_name = _retrieved_budget(max_retrieved_tokens, max_tokens)
+        budget, budget_name = _retrieved_budget(max_retrieved_tokens, max_tokens, inner)
         self.config = RetrievalConfig(
             k=k,
             max_retrieved_tokens=budget,
@@ -701,6 +813,8 @@ class Retrieval(Strategy):
             neighbor_chars=neighbor_chars,
             rrf_k=rrf_k,
             dense_weight=dense_weight,
+            compact=compact,
+            min_score=min_score,
         )
         _check_index(store, self.config.ranking)
         _check_room(inner, budget_name, budget)
@@ -776,7 +890,7 @@ class Retrieval(Strategy):
         )
         passages, errors = self._passages(outcomes)
         picked = self._fuse(turns, passages, indexing.shown)
-        return self._compose(inner, after, picked, errors, count)
+        return self._compose(inner, after, picked, errors, count, query)
 
     def _notify(
         self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
@@ -837,7 +951,15 @@ class Retrieval(Strategy):
         before = [self._previous_turn(messages, start, body_start), *texts[:-1]]
         first_seq = state.indexed_turns
         ops = [
-            self._turn_write(key, first_seq + g, text, prev, [keys[i - start] for i in group], now)
+            self._turn_write(
+                key,
+                first_seq + g,
+                text,
+                prev,
+                [keys[i - start] for i in group],
+                now,
+                _parts([messages[i] for i in group]),
+            )
             for g, (group, text, prev) in enumerate(zip(groups, texts, before, strict=True))
         ]
         complete = len(groups) - (1 if unfinished else 0)
@@ -851,11 +973,20 @@ class Retrieval(Strategy):
         return _Indexing(ops, moved, complete, shown)
 
     def _turn_write(
-        self, key: MemoryKey, seq: int, text: str, prev: str, ids: list[str], now: float
+        self,
+        key: MemoryKey,
+        seq: int,
+        text: str,
+        prev: str,
+        ids: list[str],
+        now: float,
+        parts: list[str],
     ) -> PutOp:
-        """The write of one turn, under the key of its first message."""
+        """The write of one turn, under the key of its first message: the dense index embeds
+        each message (``parts``), BM25 reads the whole ``text``."""
         value = {
             "text": text,
+            "parts": parts,
             "prev": prev[-self.config.neighbor_chars :] if prev else "",
             "ids": ids,
             "seq": seq,
@@ -863,7 +994,7 @@ class Retrieval(Strategy):
             "thread": key.session,
             "indexed_at": now,
         }
-        return PutOp(key.namespace(_KIND), ids[0], value, index=["text"])
+        return PutOp(key.namespace(_KIND), ids[0], value, index=["parts[*]"])
 
     @staticmethod
     def _watermark(
@@ -992,7 +1123,10 @@ class Retrieval(Strategy):
             dense = results[0]
             assert isinstance(dense, list)
             items = [it for it in dense if isinstance(it, Item)]
-            turns = [self._turn("/".join((*it.namespace, it.key)), it.value) for it in items]
+            turns = [
+                self._turn("/".join((*it.namespace, it.key)), it.value, getattr(it, "score", None))
+                for it in items
+            ]
             rankings.append((c.dense_weight, turns))
         if c.ranking != "dense":
             mark = results[-1]
@@ -1087,7 +1221,8 @@ class Retrieval(Strategy):
                     more.append((namespace, where, offset + _PAGE))
             pending = more
 
-    def _turn(self, uid: str, value: dict[str, Any]) -> _Candidate:
+    def _turn(self, uid: str, value: dict[str, Any], score: float | None = None) -> _Candidate:
+        parts = value.get("parts")
         return _Candidate(
             uid=uid,
             text=str(value.get("text", "")),
@@ -1095,6 +1230,8 @@ class Retrieval(Strategy):
             seq=int(value.get("seq", 0)),
             prev=str(value.get("prev", "")) if self.config.neighbors else "",
             ids=tuple(str(i) for i in value.get("ids", ())),
+            parts=tuple(str(p) for p in parts) if isinstance(parts, list) else (),
+            score=None if score is None else float(score),
         )
 
     # -- knowledge sources ------------------------------------------------------------------------
@@ -1141,10 +1278,16 @@ class Retrieval(Strategy):
             weights.append(weight)
             for c in kept:
                 by_uid.setdefault(c.uid, c)
+        floor = self.config.min_score
+        if floor is not None and turns and self.config.ranking != "bm25":
+            best = max((c.score for c in by_uid.values() if c.score is not None), default=None)
+            if best is None or best < floor:  # nothing evicted is close enough: no turns
+                by_uid = {u: c for u, c in by_uid.items() if c.kind != "turn"}
+                rankings = [[u for u in r if u in by_uid] for r in rankings]
         picked: list[_Candidate] = []
         texts: set[str] = set()
         counts = {"turn": 0, "passage": 0}
-        caps = {"turn": self.config.k, "passage": self.config.max_passages}
+        caps = {"turn": self.config.max_turns, "passage": self.config.max_passages}
         fused = reciprocal_rank_fusion(rankings, k=self.config.rrf_k, weights=weights)
         for uid, _ in fused:
             c = by_uid[uid]
@@ -1156,34 +1299,52 @@ class Retrieval(Strategy):
             picked.append(c)
         return picked
 
-    def _fits(self, blocks: list[tuple[_Candidate, str]]) -> tuple[HumanMessage, int] | None:
-        """The context message of ``blocks`` (turns first, oldest first) and its tokens, or
-        None when it costs more than ``max_retrieved_tokens``."""
+    def _message(self, blocks: Sequence[tuple[_Candidate, str]]) -> tuple[HumanMessage, int]:
+        """The context message of ``blocks`` (turns first, oldest first) and its tokens."""
         ordered = sorted(blocks, key=lambda b: (b[0].kind != "turn", b[0].seq))
         text = "\n".join([_OPEN, _HEADER, *(block for _, block in ordered), _CLOSE])
         message = HumanMessage(text, id=RETRIEVED_ID)
-        tokens = self.counter.count_message(message)
-        return (message, tokens) if tokens <= self.config.max_retrieved_tokens else None
+        return message, self.counter.count_message(message)
 
     def _context(
-        self, picked: Sequence[_Candidate]
+        self, picked: Sequence[_Candidate], query: str = ""
     ) -> tuple[list[_Candidate], tuple[HumanMessage, int] | None]:
         """What goes into the context message, and the message with its tokens (None when
-        nothing fits): 1. the results, best first, each whole or not at all; 2. with what is
-        left, each chosen turn's neighbour, best first (a neighbour never displaces a result)."""
+        nothing fits): 1. the results, best first, each whole or not at all, while they fit
+        ``max_retrieved_tokens`` (packed compactly for ``query``, see ``compact``); 2. with
+        what is left, each chosen turn's neighbour, best first (a neighbour never displaces a
+        result).
+
+        Blocks are costed one by one (O(results), not a recount of the message per result);
+        the message is then counted exactly, and while a tokenizer's joins make it cost more
+        than the budget, the last result chosen leaves again."""
+        budget = self.config.max_retrieved_tokens
+        used = self._message([])[1]
+        if used > budget:
+            return [], None
+        terms = frozenset(tokenize(query)) if self.config.compact else None
         chosen: list[tuple[_Candidate, str]] = []
-        message: tuple[HumanMessage, int] | None = None
         for c in picked:
-            trial = [*chosen, (c, _block(c, with_prev=False))]
-            if (fits := self._fits(trial)) is not None:
-                chosen, message = trial, fits
-        for i, (c, _) in enumerate(list(chosen)):
-            if not c.prev:
-                continue
-            trial = [*chosen[:i], (c, _block(c, with_prev=True)), *chosen[i + 1 :]]
-            if (fits := self._fits(trial)) is not None:
-                chosen, message = trial, fits
-        return [c for c, _ in chosen], message
+            block = _block(c, with_prev=False, terms=terms)
+            cost = self.counter.count_text(block + "\n")
+            if used + cost <= budget:
+                chosen.append((c, block))
+                used += cost
+        if self.config.neighbors:
+            for i, (c, block) in enumerate(list(chosen)):
+                if not c.prev:
+                    continue
+                wider = _block(c, with_prev=True, terms=terms)
+                more = self.counter.count_text(wider + "\n") - self.counter.count_text(block + "\n")
+                if used + more <= budget:
+                    chosen[i] = (c, wider)
+                    used += more
+        while chosen:
+            message, tokens = self._message(chosen)
+            if tokens <= budget:
+                return [c for c, _ in chosen], (message, tokens)
+            chosen.pop()
+        return [], None
 
     def _compose(
         self,
@@ -1192,10 +1353,11 @@ class Retrieval(Strategy):
         picked: Sequence[_Candidate],
         errors: tuple[str, ...],
         indexed: int,
+        query: str = "",
     ) -> MemoryResult:
         """The inner view with the context message placed just before the newest human
         message (late, so the cached prompt prefix stays the same)."""
-        chosen, message = self._context(picked)
+        chosen, message = self._context(picked, query)
         budget = inner.report.budget  # the inner's, with the context's share held back: add it
         report = replace(
             inner.report,
@@ -1235,13 +1397,14 @@ def _passages_of(index: int, name: str, documents: Sequence[Document]) -> list[_
     return out
 
 
-def _block(c: _Candidate, *, with_prev: bool) -> str:
+def _block(c: _Candidate, *, with_prev: bool, terms: frozenset[str] | None = None) -> str:
     """One fenced block. Everything retrieved is neutralised (no tag of ours inside it can
     open or close a fence), and a source's name cannot leave its attribute."""
     if c.kind == "passage":
         name = neutralize(c.source).replace('"', "'")
         return f'<passage source="{name}">\n{neutralize(c.text)}\n</passage>'
-    body = neutralize(c.text)
+    packed = None if terms is None else _compact(c.parts, _COMPACT_WORDS, terms)
+    body = neutralize(c.text if packed is None else packed)
     if with_prev and c.prev:
         body = f"(the turn before)\n{neutralize(c.prev)}\n(the turn)\n{body}"
     return f"<turn n={c.seq}>\n{body}\n</turn>"

@@ -1,0 +1,233 @@
+"""Issue 15: retrieval packs evidence, not padding; k is decided by the budget; each message of
+a turn is embedded; a score floor can skip retrieval."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.store.memory import InMemoryStore
+
+from langmem_ext import ApproximateCounter, MemoryKey, Retrieval, TokenBudget, validate
+from langmem_ext.strategies.retrieval import RETRIEVED_ID, _compact, _distinct_texts, _parts
+
+KEY = MemoryKey("acme", "ann", "t1")
+FILLER = "we talked about the weather, the sea and the boats in the harbour"
+WORDS = ["locker", "invoice", "garden", "piano", "harbour", "visa", "recipe", "budget", "train"]
+
+
+class BagOfWords(Embeddings):
+    """Deterministic embeddings: one dimension per word of ``WORDS``, and a text with none of
+    them points along a dimension of its own (a hash of it), so the cosine of two texts is how
+    much of that vocabulary they share."""
+
+    def _one(self, text: str) -> list[float]:
+        low = text.lower()
+        vector = [float(low.count(w)) for w in WORDS] + [0.0] * _OTHER
+        if not any(vector):
+            vector[len(WORDS) + zlib.crc32(low.encode()) % _OTHER] = 1.0
+        norm = sum(v * v for v in vector) ** 0.5
+        return [v / norm for v in vector]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._one(text)
+
+
+_OTHER = 997
+
+
+def store(embed: Embeddings | None = None) -> InMemoryStore:
+    if embed is None:
+        return InMemoryStore()
+    return InMemoryStore(index={"dims": len(WORDS) + _OTHER, "embed": embed, "fields": ["text"]})
+
+
+def context(result: Any) -> str:
+    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
+
+
+def chat(turns: int, facts: dict[int, tuple[str, str]]) -> list[BaseMessage]:
+    """``turns`` user/assistant turns; ``facts[i] = (user text, reply)`` at turn ``i``."""
+    out: list[BaseMessage] = []
+    for i in range(turns):
+        user, reply = facts.get(i, (f"Topic {i}: {FILLER} and more of it", f"Noted {i}. {FILLER}."))
+        out += [HumanMessage(user, id=f"h{i}"), AIMessage(reply, id=f"a{i}")]
+    return out
+
+
+def ask(strategy: Retrieval, history: list[BaseMessage], question: str) -> Any:
+    state = strategy.apply(history).state
+    return strategy.apply([*history, HumanMessage(question, id="q")], state)
+
+
+# -- what is stored and how it is packed -----------------------------------------------------
+
+
+def test_each_message_of_a_turn_is_embedded_and_found_by_its_best_message() -> None:
+    """A turn is found through the message that matches, however long the rest of it is."""
+    s = store(BagOfWords())
+    strategy = Retrieval(TokenBudget(900), store=s, ranking="dense", key=KEY)
+    long_reply = "Sure. " + " ".join(f"{FILLER}, then the garden and the piano." for _ in range(6))
+    history = chat(30, {2: ("My locker code is 4417, please remember it for me.", long_reply)})
+    result = ask(strategy, history, "what is the code of my locker?")
+    item = s.get(KEY.namespace("turns"), "h2")
+    assert item is not None and item.value["parts"] == _parts(history[4:6])
+    assert "user: My locker code is 4417" in context(result)
+
+
+def test_compact_packing_keeps_the_user_message_and_the_matching_sentences() -> None:
+    parts = [
+        "user: Please book the train to Lyon for Friday, the early one if possible.",
+        "assistant: Done. Your train leaves at 07:12 from platform 4. Enjoy the trip!",
+    ]
+    packed = _compact(parts, 8, frozenset({"train", "leave"}))
+    assert packed == f"{parts[0]}\nassistant: … Your train leaves at 07:12 from platform 4."
+    assert _compact(parts, 8, frozenset({"weather"})) == parts[0]  # the reply adds nothing
+    assert _compact(["user: ok", parts[1]], 8, frozenset()) is None  # a short ask: whole turn
+    tool_round = [parts[0], "assistant called book({'to': 'Lyon'})", "tool book result: ok"]
+    assert _compact(tool_round, 8, frozenset()) is None  # a tool round comes back whole
+
+
+def test_the_budget_decides_how_many_turns_come_back() -> None:
+    facts = {
+        i: (f"My {w} note: the {w} number is {1000 + i}.", "Noted.") for i, w in enumerate(WORDS)
+    }
+    history = chat(60, facts)
+    question = "what were the numbers of my " + ", ".join(WORDS) + " notes?"
+    small = ask(
+        Retrieval(TokenBudget(2_000), store=store(), max_retrieved_tokens=120, key=KEY),
+        history,
+        question,
+    )
+    large = ask(
+        Retrieval(TokenBudget(2_000), store=store(), max_retrieved_tokens=500, key=KEY),
+        history,
+        question,
+    )
+    assert 1 <= len(small.report.retrieved) < len(large.report.retrieved)
+    assert len(large.report.retrieved) > 5  # not a fixed k
+    assert small.report.retrieved_tokens <= 120 and large.report.retrieved_tokens <= 500
+    fixed = ask(
+        Retrieval(TokenBudget(2_000), store=store(), max_retrieved_tokens=500, k=2, key=KEY),
+        history,
+        question,
+    )
+    assert len(fixed.report.retrieved) == 2
+
+
+def test_the_default_context_budget_is_a_quarter_of_the_inner_budget() -> None:
+    assert Retrieval(TokenBudget(4_500), store=store(), key=KEY).max_retrieved_tokens == 1_125
+    assert (
+        Retrieval(
+            TokenBudget(4_500), store=store(), key=KEY, max_retrieved_tokens=300
+        ).max_retrieved_tokens
+        == 300
+    )
+
+
+# -- the floor -------------------------------------------------------------------------------
+
+
+def test_a_score_floor_skips_retrieval_when_nothing_evicted_is_close() -> None:
+    history = chat(30, {3: ("My locker code is 4417 and my visa expires in May.", "Noted.")})
+
+    def strategy(floor: float | None) -> Retrieval:
+        return Retrieval(
+            TokenBudget(900), store=store(BagOfWords()), ranking="dense", key=KEY, min_score=floor
+        )
+
+    small_talk = "thanks a lot, that was very helpful indeed"
+    assert ask(strategy(None), history, small_talk).report.retrieved_tokens > 0  # no floor
+    skipped = ask(strategy(0.5), history, small_talk)
+    assert skipped.report.retrieved_tokens == 0 and context(skipped) == ""
+    kept = ask(strategy(0.5), history, "what was the code of my locker again?")
+    assert "4417" in context(kept)
+
+
+def test_bad_floor_and_compact_values_are_refused() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match=r"min_score must be a similarity between -1 and 1"):
+        Retrieval(TokenBudget(900), store=store(), key=KEY, min_score=2)
+    with pytest.raises(TypeError, match=r"compact must be a bool"):
+        Retrieval(TokenBudget(900), store=store(), key=KEY, compact="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"k must be an integer >= 1"):
+        Retrieval(TokenBudget(900), store=store(), key=KEY, k=0)
+
+
+def test_writes_never_embed_one_text_twice_in_a_batch() -> None:
+    """langchain-ai/langgraph#8822: a batch that embeds the same text twice fails; two turns
+    that share a message ("ok") go in different batches."""
+    history = [
+        HumanMessage("ok", id="h0"),
+        AIMessage("fine", id="a0"),
+        HumanMessage("ok", id="h1"),
+        AIMessage("good", id="a1"),
+    ]
+    strategy = Retrieval(TokenBudget(900), store=store(BagOfWords()), key=KEY)
+    ops = [
+        strategy._turn_write(KEY, i, "t", "", [f"h{i}"], 0.0, _parts(history[2 * i : 2 * i + 2]))
+        for i in range(2)
+    ]
+    batches = _distinct_texts(ops)
+    assert len(batches) == 2
+
+
+# -- the property: packing never exceeds the budget and never splits a tool round ----------
+
+
+def _turns(draw: Any) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    n = draw(st.integers(8, 30))
+    for i in range(n):
+        word = WORDS[i % len(WORDS)]
+        out.append(
+            HumanMessage(f"About the {word}: " + "words " * draw(st.integers(0, 30)), id=f"h{i}")
+        )
+        if draw(st.booleans()):
+            call = {"name": "look", "args": {"q": word}, "id": f"c{i}"}
+            out.append(AIMessage("", tool_calls=[call], id=f"a{i}c"))
+            out.append(
+                ToolMessage(
+                    f"{word} result " * draw(st.integers(1, 40)),
+                    tool_call_id=f"c{i}",
+                    name="look",
+                    id=f"t{i}",
+                )
+            )
+        out.append(
+            AIMessage(f"The {word} is fine. " + "more " * draw(st.integers(0, 40)), id=f"a{i}")
+        )
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), share=st.integers(60, 600), inner=st.integers(900, 2_500))
+def test_packing_never_exceeds_the_budget_and_never_splits_a_tool_round(
+    data: Any, share: int, inner: int
+) -> None:
+    history = _turns(data.draw)
+    word = data.draw(st.sampled_from(WORDS))
+    strategy = Retrieval(
+        TokenBudget(inner, overflow="clip", counter=ApproximateCounter()),
+        store=store(BagOfWords()),
+        max_retrieved_tokens=min(share, inner // 2),
+        key=KEY,
+    )
+    result = ask(strategy, history, f"what happened with the {word} and its result?")
+    assert result.report.retrieved_tokens <= strategy.max_retrieved_tokens
+    assert result.report.tokens_after <= result.report.budget
+    assert not [f for f in validate(result.messages) if f.severity == "error"]
+    text = context(result)
+    for block in re.findall(r"<turn n=\d+>\n(.*?)\n</turn>", text, flags=re.S):
+        calls = re.findall(r"assistant called look\(\{'q': '(\w+)'\}\)", block)
+        results = re.findall(r"tool look result: (\w+) result", block)
+        assert calls == results  # every call with its result, none without
