@@ -22,6 +22,7 @@ FENCE_TAGS: tuple[str, ...] = (
     "retrieved_context",
     "turn",
     "passage",
+    "fact",
 )
 
 # `<`, optional whitespace and `/`, a tag name as a whole word, then anything up to the next `>`

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import math
 import re
 import threading
@@ -82,6 +83,7 @@ from langmem_ext.strategies.engine import DECLINED, IoRequest, Plan, Request, St
 
 __all__ = [
     "DENSE_WEIGHT",
+    "FACT_SECTIONS",
     "RETRIEVED_ID",
     "RRF_K",
     "Ranking",
@@ -109,6 +111,10 @@ _CANDIDATES = 60
 _SHARE = 4
 
 _KIND = "turns"
+#: the namespace kind of the facts remembered from summaries (see ``FACT_SECTIONS``)
+_FACTS = "facts"
+#: summary sections whose lines are remembered as facts when a fold writes them
+FACT_SECTIONS: tuple[str, ...] = ("facts", "profile")
 #: the namespace kind of the change marks (see the module notes)
 _MARKS = "turn_marks"
 #: the key of the user's mark among the thread marks: "*" is percent-encoded in every label, so
@@ -268,6 +274,32 @@ def render_turn(messages: Sequence[BaseMessage]) -> str:
         elif body:
             lines.append(f"{m.type}: {body}")
     return "\n".join(lines)
+
+
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,3}[.)])\s+")
+
+
+def _fact_lines(text: str) -> list[str]:
+    """The lines of a summary section worth remembering one by one: bullets stripped, at least
+    three words, distinct."""
+    lines = (_BULLET.sub("", line).strip() for line in text.splitlines())
+    return list(dict.fromkeys(line for line in lines if len(line.split()) >= 3))
+
+
+def _fact_key(line: str) -> str:
+    """The store key of a fact: a digest of its normalised text (writing it again is the same
+    item)."""
+    return hashlib.blake2b(_normal(line).encode(), digest_size=12).hexdigest()
+
+
+def _summary_facts(state: MemoryState) -> dict[str, tuple[str, str]]:
+    """The facts of a state's summary: key -> (section, line)."""
+    return {
+        _fact_key(line): (name, line)
+        for name, text in state.summary
+        if name in FACT_SECTIONS
+        for line in _fact_lines(text)
+    }
 
 
 def _last_human(messages: Sequence[BaseMessage]) -> int | None:
@@ -657,7 +689,7 @@ class _Candidate:
 
     uid: str  # unique across the memory index and the sources
     text: str
-    kind: Literal["turn", "passage"]
+    kind: Literal["turn", "fact", "passage"]
     seq: int = 0
     prev: str = ""
     ids: tuple[str, ...] = ()
@@ -880,6 +912,10 @@ class Retrieval(Strategy):
         indexing = self._indexing(messages, inner, who, now)
         written = yield from self._write(indexing.ops, who)
         after, count = (indexing.state, indexing.complete) if written else (inner.state, 0)
+        in_summary = _summary_facts(inner.state)
+        facts = self._fact_writes(_summary_facts(state), in_summary, who, now)
+        if facts:  # a fold wrote new facts: remember each (a read-only view declines)
+            yield _StoreFlow(self.store, self._facts_io(facts), writes=True)
         query = self._query(messages)
         if query is None:
             return self._compose(inner, after, [], (), count)
@@ -889,7 +925,8 @@ class Retrieval(Strategy):
             _SourceSearch(c.sources, query, c.per_ranking, c.source_timeout),
         )
         passages, errors = self._passages(outcomes)
-        picked = self._fuse(turns, passages, indexing.shown)
+        # a fact the view's summary still shows is not retrieved again
+        picked = self._fuse(turns, passages, indexing.shown | set(in_summary))
         return self._compose(inner, after, picked, errors, count, query)
 
     def _notify(
@@ -1041,6 +1078,36 @@ class Retrieval(Strategy):
             j -= 1
         return render_turn(messages[j:start]) if j >= body_start else ""
 
+    def _fact_writes(
+        self,
+        before: dict[str, tuple[str, str]],
+        after: dict[str, tuple[str, str]],
+        key: MemoryKey,
+        now: float,
+    ) -> list[PutOp]:
+        """The writes of the facts a fold added to the summary's ``FACT_SECTIONS`` (one item
+        per line, keyed by its text: a fact is indexed once however often it is restated)."""
+        return [
+            PutOp(
+                key.namespace(_FACTS),
+                fact,
+                {
+                    "text": line,
+                    "parts": [line],
+                    "section": section,
+                    "thread": key.session,
+                    "indexed_at": now,
+                },
+                index=["parts[*]"],
+            )
+            for fact, (section, line) in after.items()
+            if fact not in before
+        ]
+
+    def _facts_io(self, ops: Sequence[PutOp]) -> _Io[None]:
+        for batch in _distinct_texts(ops):
+            yield list(batch)
+
     def _write(self, ops: list[PutOp], key: MemoryKey) -> Generator[Request, Any, bool]:
         """Ask for the writes of ``ops`` and their marks; whether they were written (a
         read-only call declines them). Written turns join this process's BM25 indexes."""
@@ -1111,18 +1178,42 @@ class Retrieval(Strategy):
         prefix = self._prefix(key)
         marks = key.namespace(_MARKS, scope="user")
         thread = key.labels()[2]
-        first: list[Op] = []
-        if c.ranking != "bm25":
+        dense = c.ranking != "bm25"
+        facts_prefix = key.namespace(_FACTS, scope="session" if c.scope == "thread" else "user")
+        # the facts: few (lines of summaries); ranked by the store (dense) or here (BM25)
+        first: list[Op] = [
+            SearchOp(
+                facts_prefix,
+                None,
+                c.per_ranking if dense else _PAGE,
+                0,
+                query if dense else None,
+                self._refresh_ttl,
+            )
+        ]
+        if dense:
             first.append(SearchOp(prefix, None, c.per_ranking, 0, query, self._refresh_ttl))
         if c.ranking != "dense":
             mark_key = thread if c.scope == "thread" else _USER_MARK
             first.append(GetOp(marks, mark_key, self._refresh_ttl))
         results = yield first
         rankings: list[tuple[float, list[_Candidate]]] = []
-        if c.ranking != "bm25":
-            dense = results[0]
-            assert isinstance(dense, list)
-            items = [it for it in dense if isinstance(it, Item)]
+        found = results[0]
+        assert isinstance(found, list)
+        facts = [self._fact(it) for it in found if isinstance(it, Item)]
+        if not dense and facts:
+            index = BM25Index()
+            for fact in facts:
+                index.add(fact.uid, fact.text)
+            order = {uid: n for n, (uid, _) in enumerate(index.search(query, c.per_ranking))}
+            facts = sorted((f for f in facts if f.uid in order), key=lambda f: order[f.uid])
+        if facts:
+            rankings.append((c.dense_weight if dense else 1.0, facts))
+        results = results[1:]
+        if dense:
+            searched = results[0]
+            assert isinstance(searched, list)
+            items = [it for it in searched if isinstance(it, Item)]
             turns = [
                 self._turn("/".join((*it.namespace, it.key)), it.value, getattr(it, "score", None))
                 for it in items
@@ -1221,6 +1312,16 @@ class Retrieval(Strategy):
                     more.append((namespace, where, offset + _PAGE))
             pending = more
 
+    @staticmethod
+    def _fact(item: Item) -> _Candidate:
+        return _Candidate(
+            uid="/".join((*item.namespace, item.key)),
+            text=str(item.value.get("text", "")),
+            kind="fact",
+            ids=(item.key,),
+            score=getattr(item, "score", None),
+        )
+
     def _turn(self, uid: str, value: dict[str, Any], score: float | None = None) -> _Candidate:
         parts = value.get("parts")
         return _Candidate(
@@ -1273,7 +1374,7 @@ class Retrieval(Strategy):
         rankings: list[list[str]] = []
         weights: list[float] = []
         for weight, ranking in [*turns, *((1.0, p) for p in passages)]:
-            kept = [c for c in ranking if not (c.kind == "turn" and any(i in shown for i in c.ids))]
+            kept = [c for c in ranking if c.kind == "passage" or not any(i in shown for i in c.ids)]
             rankings.append([c.uid for c in kept])
             weights.append(weight)
             for c in kept:
@@ -1281,13 +1382,17 @@ class Retrieval(Strategy):
         floor = self.config.min_score
         if floor is not None and turns and self.config.ranking != "bm25":
             best = max((c.score for c in by_uid.values() if c.score is not None), default=None)
-            if best is None or best < floor:  # nothing evicted is close enough: no turns
-                by_uid = {u: c for u, c in by_uid.items() if c.kind != "turn"}
+            if best is None or best < floor:  # nothing remembered is close enough: none of it
+                by_uid = {u: c for u, c in by_uid.items() if c.kind == "passage"}
                 rankings = [[u for u in r if u in by_uid] for r in rankings]
         picked: list[_Candidate] = []
         texts: set[str] = set()
-        counts = {"turn": 0, "passage": 0}
-        caps = {"turn": self.config.max_turns, "passage": self.config.max_passages}
+        counts = {"turn": 0, "fact": 0, "passage": 0}
+        caps = {
+            "turn": self.config.max_turns,
+            "fact": self.config.max_turns,
+            "passage": self.config.max_passages,
+        }
         fused = reciprocal_rank_fusion(rankings, k=self.config.rrf_k, weights=weights)
         for uid, _ in fused:
             c = by_uid[uid]
@@ -1301,7 +1406,8 @@ class Retrieval(Strategy):
 
     def _message(self, blocks: Sequence[tuple[_Candidate, str]]) -> tuple[HumanMessage, int]:
         """The context message of ``blocks`` (turns first, oldest first) and its tokens."""
-        ordered = sorted(blocks, key=lambda b: (b[0].kind != "turn", b[0].seq))
+        rank = {"turn": 0, "fact": 1, "passage": 2}
+        ordered = sorted(blocks, key=lambda b: (rank[b[0].kind], b[0].seq))
         text = "\n".join([_OPEN, _HEADER, *(block for _, block in ordered), _CLOSE])
         message = HumanMessage(text, id=RETRIEVED_ID)
         return message, self.counter.count_message(message)
@@ -1400,6 +1506,8 @@ def _passages_of(index: int, name: str, documents: Sequence[Document]) -> list[_
 def _block(c: _Candidate, *, with_prev: bool, terms: frozenset[str] | None = None) -> str:
     """One fenced block. Everything retrieved is neutralised (no tag of ours inside it can
     open or close a fence), and a source's name cannot leave its attribute."""
+    if c.kind == "fact":
+        return f"<fact>\n{neutralize(c.text)}\n</fact>"
     if c.kind == "passage":
         name = neutralize(c.source).replace('"', "'")
         return f'<passage source="{name}">\n{neutralize(c.text)}\n</passage>'
