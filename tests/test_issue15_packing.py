@@ -231,3 +231,35 @@ def test_packing_never_exceeds_the_budget_and_never_splits_a_tool_round(
         calls = re.findall(r"assistant called look\(\{'q': '(\w+)'\}\)", block)
         results = re.findall(r"tool look result: (\w+) result", block)
         assert calls == results  # every call with its result, none without
+
+
+def test_a_question_about_what_the_assistant_said_gets_its_replies_whole() -> None:
+    reply = "How about garden-piano-54? Two ordinary words and a number are easy to type."
+    history = chat(30, {2: ("Can you suggest a wifi password for the guests at my place?", reply)})
+    strategy = Retrieval(TokenBudget(900), store=store(BagOfWords()), ranking="dense", key=KEY)
+    about_you = ask(strategy, history, "which wifi password did you come up with for the garden?")
+    assert reply in context(about_you)  # the suggestion comes back with the question
+    about_me = ask(
+        Retrieval(TokenBudget(900), store=store(BagOfWords()), ranking="dense", key=KEY),
+        history,
+        "what did I ask about the wifi for the garden guests?",
+    )
+    assert "user: Can you suggest a wifi password" in context(about_me)
+    assert "Two ordinary words" not in context(about_me)  # padding left out
+
+
+def test_a_short_answer_comes_with_the_question_it_answers() -> None:
+    history = chat(
+        30,
+        {
+            4: (
+                "Please keep this for me: HX-5830-585.",
+                "Sure, noted: HX-5830-585. What is it for?",
+            ),
+            5: ("It is the visa reference for the broker.", "Got it, the visa reference."),
+        },
+    )
+    strategy = Retrieval(TokenBudget(900), store=store(BagOfWords()), ranking="dense", key=KEY)
+    result = ask(strategy, history, "which visa reference should I quote to the broker?")
+    text = context(result)
+    assert "(the turn before)" in text and "HX-5830-585" in text
