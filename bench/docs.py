@@ -842,7 +842,10 @@ def _status_retrieval(results: dict[str, Any]) -> str:
     for t in results["targets"]:
         title = retrieval.DATASET_TITLES.get(t["dataset"], t["dataset"])
         value = t["checks"][0]["value"]
-        verdict = "met" if t["passed"] else "**not met**"
+        verdict = "met" if t["checks"][0]["passed"] else "**not met**"
+        missed = [c["name"] for c in t["checks"][1:] if not c["passed"]]
+        if missed:  # the dataset's other goals, named where they are not met
+            verdict += "; not met: " + "; ".join(missed)
         out.append(f"{title}: {_pct(value)} ({verdict})")
     judged = {t["dataset"] for t in results["targets"]}
     unjudged = [retrieval.DATASET_TITLES.get(n, n) for n in results["evidence"] if n not in judged]
@@ -928,11 +931,12 @@ def _describe_retrieval(results: dict[str, Any]) -> str:
     cfg = results["meta"]["config"]
     return (
         "Whether evidence that a budget evicted gets back into the model's input with "
-        f"`Retrieval` (dense, BM25 or hybrid ranking, k={cfg['k']}) around `TokenBudget`, "
-        f"at {cfg['budget']:,} tokens for the whole request, on CRI persona data (facts and "
-        "key messages, in CRI's wording and in the first person) and on planted facts. No "
-        "other library is run here: the comparison is `TokenBudget` alone (no retrieval) and "
-        "the figures quoted in the issue (the *issue* column)."
+        "`Retrieval` (dense, BM25 or hybrid ranking, "
+        + ("results up to the context budget" if cfg["k"] is None else f"k={cfg['k']}")
+        + f") around `TokenBudget`, at {cfg['budget']:,} tokens for the whole request, on CRI "
+        "persona data (facts and key messages, in CRI's wording and in the first person) and "
+        "on planted facts. No other library is run here: the comparison is `TokenBudget` alone "
+        "(no retrieval) and the figures quoted in the issue (the *issue* column)."
     )
 
 

@@ -11,9 +11,14 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from bench.retrieval import (
+    BEFORE,
+    GOALS_DATASET,
+    HEADLINE,
     REF_RANKINGS,
+    SMALL_TALK,
     TARGET_DATASETS,
     CachedEmbeddings,
+    _e2e_configs,
     main,
     turns_of,
 )
@@ -58,6 +63,13 @@ def test_turns_are_a_human_message_and_what_follows_it() -> None:
     turns = turns_of(messages)
     assert [t.ids for t in turns] == [("h1", "a1", "t1", "a2"), ("h2",)]
     assert turns[0].text.startswith("user: hi") and "it is 42" in turns[0].text
+    # one vector per message, as Retrieval embeds them
+    assert turns[0].parts == (
+        "user: hi",
+        "assistant called t({})",
+        "tool result: 42",
+        "assistant: it is 42",
+    )
 
 
 def test_cri_thread_and_questions_come_from_the_installed_package() -> None:
@@ -125,7 +137,10 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
 
     for heading in (
         "## Verdict",
+        "### How the defaults were chosen",
         "## Evidence available at a fixed budget",
+        "## Turns that need nothing from the past",
+        "### min_score: what a floor saves and what it costs",
         "## Recall@k over the evicted turns",
         "## Tokens added per turn",
         "## Query latency and index time",
@@ -146,19 +161,49 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
                 for k in ("1", "3", "5", "10"):
                     share(overall[ranking][neighbors][k]["recall"])
                     share(overall[ranking][neighbors][k]["hit"])
+    labels = [spec.label for spec in _e2e_configs()]
+    assert HEADLINE in labels and BEFORE in labels and len(labels) == len(set(labels))
     for cells in results["evidence"].values():
-        assert "TokenBudget alone" in cells and len(cells) == 8
+        assert list(cells) == labels and "TokenBudget alone" in cells
         for cell in cells.values():
             assert cell["questions"] > 0 and cell["within_budget"] is True
             for key in ("evidence_available", "evidence_in_view", "answer_turns_in_input"):
                 share(cell[key])
             assert cell["evidence_available"] >= cell["evidence_in_view"]
+    # Retrieval's defaults, resolved by asking Retrieval: a quarter of the 4,500-token request
+    resolved = results["meta"]["resolved"]
+    assert results["meta"]["config"]["context_tokens"] is None
+    assert resolved["context_tokens"] == 4_500 // 4 and results["meta"]["config"]["k"] is None
     replay = results["replay"]
     assert replay["turns"] > 0 and replay["over_budget"] == 0
-    assert replay["tokens_added"]["p90"] <= results["meta"]["config"]["context_tokens"]
+    assert replay["tokens_added"]["p90"] <= resolved["context_tokens"]
     for size in results["latency"]["sizes"].values():
-        for name in ("dense", "embed_query", "bm25", "hybrid"):
+        for name in ("dense", "embed_query", "bm25", "hybrid", "apply"):
             assert size[name]["median"] > 0
+    # small talk: every turn asked after both conversations, under every defaults-choice row
+    small = results["small_talk"]
+    assert small["turns"] == list(SMALL_TALK) and len(SMALL_TALK) >= 25
+    for places in small["configs"].values():
+        for agg in places.values():
+            assert agg["asks"] == len(SMALL_TALK) and 0 <= agg["with_context"] <= agg["asks"]
+    sweep = small["min_score_sweep"]
+    assert [e["min_score"] for e in sweep] == [None, 0.3, 0.4, 0.5]
+    assert (
+        sweep[0][GOALS_DATASET]["fact_recall"]
+        == (results["evidence"][GOALS_DATASET][HEADLINE]["fact_recall"])
+    )
+    for entry in sweep:  # a floor only ever retrieves less
+        assert (
+            entry["small_talk"]["cri"]["with_context"]
+            <= sweep[0]["small_talk"]["cri"]["with_context"]
+        )
+    for scores in (
+        *small["top_scores"]["questions"].values(),
+        *small["top_scores"]["small_talk"].values(),
+    ):
+        assert scores["n"] == 0 or -1.0 <= scores["min"] <= scores["median"] <= scores["max"] <= 1.0
+    goals = next(t for t in results["targets"] if t["dataset"] == GOALS_DATASET)
+    assert len(goals["checks"]) == 5 and goals["checks"][0]["name"].startswith("evidence")
     assert {t["dataset"] for t in results["targets"]} == set(TARGET_DATASETS)
     for name in ("cri_facts", "cri_facts_1p"):
         for cell in results["evidence"][name].values():
