@@ -32,7 +32,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
@@ -40,6 +40,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import validate
+from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
 from langmem_ext.replay.prices import ModelPrice, Prices, load_prices
 from langmem_ext.strategies.engine import Strategy
@@ -279,6 +280,19 @@ class _Replayer:
         self.previous_tokens: list[int] = []
         self.state: Any = None
         self.newest_human: BaseMessage | None = None
+        self.history: Sequence[BaseMessage] = ()
+
+    def apply(self, history: Sequence[BaseMessage]) -> MemoryResult | None:
+        self.history = history
+        if self.strategy is None:
+            return None
+        return self.strategy.apply(history, self.state, key=self.key)
+
+    async def aapply(self, history: Sequence[BaseMessage]) -> MemoryResult | None:
+        self.history = history
+        if self.strategy is None:
+            return None
+        return await self.strategy.aapply(history, self.state, key=self.key)
 
     def histories(self) -> Iterator[tuple[int, Sequence[BaseMessage]]]:
         for position in model_calls(self.messages):
@@ -425,22 +439,14 @@ def replay(
         prices,
         summarizer_model,
     )
-    bar = _progress(len(model_calls(run.messages)), run.name, progress)
-    try:
-        for position, history in run.histories():
-            before = copy.copy(run.meter)
-            start = time.perf_counter()
-            try:
-                view, report = _step(run, history)
-            except Exception as exc:
-                run.out.error = f"call {len(run.out.calls) + 1}: {type(exc).__name__}: {exc}"
-                break
-            run.record(position, history, view, report, time.perf_counter() - start, before)
-            if bar is not None:
-                bar.update()
-    finally:
-        if bar is not None:
-            bar.close()
+    calls = _calls(run, progress)
+    history = next(calls, None)
+    while history is not None:
+        try:
+            outcome: _Outcome = _applied(run, run.apply(history))
+        except Exception as exc:
+            outcome = exc
+        history = _resume(calls, outcome)
     return run.out
 
 
@@ -465,36 +471,62 @@ async def areplay(
         prices,
         summarizer_model,
     )
+    calls = _calls(run, progress)
+    history = next(calls, None)
+    while history is not None:
+        try:
+            outcome: _Outcome = _applied(run, await run.aapply(history))
+        except Exception as exc:
+            outcome = exc
+        history = _resume(calls, outcome)
+    return run.out
+
+
+#: what a driver hands back for one call: the view and the report (None: the whole history),
+#: or what the strategy raised
+_Outcome = tuple[list[BaseMessage], Any] | Exception
+
+
+def _applied(run: _Replayer, result: MemoryResult | None) -> tuple[list[BaseMessage], Any]:
+    """A call's view and report; the state moves on (None: no strategy, the history itself)."""
+    if result is None:
+        return list(run.history), None
+    run.state = result.state
+    return result.messages, result.report
+
+
+def _calls(
+    run: _Replayer, progress: bool | None
+) -> Generator[Sequence[BaseMessage], _Outcome, None]:
+    """The replay as one plan, for both drivers: yields each call's history, receives what the
+    strategy made of it, records it (timed, the summarizer's time left out), and ends at the
+    first call the strategy gave up on."""
     bar = _progress(len(model_calls(run.messages)), run.name, progress)
     try:
         for position, history in run.histories():
             before = copy.copy(run.meter)
             start = time.perf_counter()
-            try:
-                if run.strategy is None:
-                    view, report = list(history), None
-                else:
-                    result = await run.strategy.aapply(history, run.state, key=run.key)
-                    run.state = result.state
-                    view, report = result.messages, result.report
-            except Exception as exc:
-                run.out.error = f"call {len(run.out.calls) + 1}: {type(exc).__name__}: {exc}"
-                break
+            outcome = yield history
+            if isinstance(outcome, Exception):
+                name = type(outcome).__name__
+                run.out.error = f"call {len(run.out.calls) + 1}: {name}: {outcome}"
+                return
+            view, report = outcome
             run.record(position, history, view, report, time.perf_counter() - start, before)
             if bar is not None:
                 bar.update()
     finally:
         if bar is not None:
             bar.close()
-    return run.out
 
 
-def _step(run: _Replayer, history: Sequence[BaseMessage]) -> tuple[list[BaseMessage], Any]:
-    if run.strategy is None:
-        return list(history), None
-    result = run.strategy.apply(history, run.state, key=run.key)
-    run.state = result.state
-    return result.messages, result.report
+def _resume(
+    calls: Generator[Sequence[BaseMessage], _Outcome, None], outcome: _Outcome
+) -> Sequence[BaseMessage] | None:
+    try:
+        return calls.send(outcome)
+    except StopIteration:
+        return None
 
 
 def _default_name(strategy: StrategyLike) -> str:
