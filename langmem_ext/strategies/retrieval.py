@@ -928,9 +928,10 @@ class Retrieval(Strategy):
         written = yield from self._write(indexing.ops, who)
         after, count = (indexing.state, indexing.complete) if written else (inner.state, 0)
         in_summary = _summary_facts(inner.state)
-        facts = self._fact_writes(_summary_facts(state), in_summary, who, now)
-        if facts:  # a fold wrote new facts: remember each (a read-only view declines)
-            yield _StoreFlow(self.store, self._facts_io(facts), writes=True)
+        if in_summary and inner.state.summary != state.summary:  # a fold: new facts, maybe
+            facts = self._fact_writes(_summary_facts(state), in_summary, who, now)
+            if facts:  # remember each (a read-only view declines)
+                yield _StoreFlow(self.store, self._facts_io(facts), writes=True)
         query = self._query(messages)
         if query is None:
             return self._compose(inner, after, [], (), count)
