@@ -378,6 +378,29 @@ def plot_token_budget(results: dict[str, Any], path: Path) -> str:
     )
 
 
+def _tool_panels(
+    fig: Any, axes: Any, tools: Any, panels: Any, *, cols: int, percent_max: float
+) -> None:
+    """One bar panel per (value, format, title, x label, reference, reference label) of
+    ``panels``, ``cols`` to a row (tool names on the first column), and the anchors' legend."""
+    for i, (value, fmt, title, xlabel, ref, ref_label) in enumerate(panels):
+        _hbars(
+            axes[i // cols][i % cols],
+            _tool_bars(tools, value, fmt),
+            title=title,
+            xlabel=xlabel,
+            ref=ref,
+            ref_label=ref_label,
+            labels=i % cols == 0,
+            xmax=percent_max if "%" in xlabel else None,
+        )
+    fig.legend(
+        handles=_legend_handles("anchor: langmem / langchain (hatched)"),
+        loc="outside lower center",
+        ncols=2,
+    )
+
+
 def _tool_bars(
     tools: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], float], text: str
 ) -> list[_Bar]:
@@ -434,23 +457,7 @@ def plot_summaries(results: dict[str, Any], path: Path) -> str:
             "",
         ),
     )
-    for i, (value, fmt, title, xlabel, ref, ref_label) in enumerate(panels):
-        ax = axes[i // 2][i % 2]
-        _hbars(
-            ax,
-            _tool_bars(tools, value, fmt),
-            title=title,
-            xlabel=xlabel,
-            ref=ref,
-            ref_label=ref_label,
-            labels=i % 2 == 0,
-            xmax=112.0 if "%" in xlabel else None,
-        )
-    fig.legend(
-        handles=_legend_handles("anchor: langmem / langchain (hatched)"),
-        loc="outside lower center",
-        ncols=2,
-    )
+    _tool_panels(fig, axes, tools, panels, cols=2, percent_max=112.0)
     fig.suptitle(
         f"Summarizing memory on agent_loop({conv['loop_n']:,}): {conv['model_calls']:,} model "
         f"calls, {conv['tokens']:,} conversation tokens, one fake summarizer for all"
@@ -519,23 +526,7 @@ def plot_agent_turns(results: dict[str, Any], path: Path) -> str:
             "",
         ),
     )
-    for i, (value, fmt, title, xlabel, ref, ref_label) in enumerate(panels):
-        ax = axes[i // 3][i % 3]
-        _hbars(
-            ax,
-            _tool_bars(tools, value, fmt),
-            title=title,
-            xlabel=xlabel,
-            ref=ref,
-            ref_label=ref_label,
-            labels=i % 3 == 0,
-            xmax=118.0 if "%" in xlabel else None,
-        )
-    fig.legend(
-        handles=_legend_handles("anchor: langmem / langchain (hatched)"),
-        loc="outside lower center",
-        ncols=2,
-    )
+    _tool_panels(fig, axes, tools, panels, cols=3, percent_max=118.0)
     shapes = results["conversations"]
     fig.suptitle(
         f"Long agent turns: {len(shapes)} conversations, {calls:,} model calls, "
