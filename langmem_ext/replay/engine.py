@@ -378,7 +378,7 @@ def _describe(strategy: Strategy | None) -> str:
 
 
 def _setup(
-    name: str,
+    name: str | None,
     messages: Sequence[BaseMessage],
     strategy: StrategyLike,
     model: str,
@@ -390,7 +390,7 @@ def _setup(
     own = counter is None and strategy is not None
     resolved = strategy.counter if own and strategy is not None else as_counter(counter)
     return _Replayer(
-        name=name,
+        name=name or _default_name(strategy),
         messages=list(messages),
         counter=resolved,
         price=prices.get(model),
@@ -430,15 +430,7 @@ def replay(
     A strategy that raises (a budget too small for a turn) ends the replay at that call: the
     calls before it are kept and ``Replay.error`` says what happened.
     """
-    run = _setup(
-        name or _default_name(strategy),
-        messages,
-        strategy,
-        model,
-        counter,
-        prices,
-        summarizer_model,
-    )
+    run = _setup(name, messages, strategy, model, counter, prices, summarizer_model)
     calls = _calls(run, progress)
     history = next(calls, None)
     while history is not None:
@@ -462,15 +454,7 @@ async def areplay(
     progress: bool | None = None,
 ) -> Replay:
     """Async :func:`replay` (``aapply`` at every call: the summarizer is awaited)."""
-    run = _setup(
-        name or _default_name(strategy),
-        messages,
-        strategy,
-        model,
-        counter,
-        prices,
-        summarizer_model,
-    )
+    run = _setup(name, messages, strategy, model, counter, prices, summarizer_model)
     calls = _calls(run, progress)
     history = next(calls, None)
     while history is not None:
