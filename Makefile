@@ -39,6 +39,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.growth $(BENCH_ARGS)
 	$(BIN)/python -m bench.retrieval $(BENCH_ARGS)
 	$(BIN)/python -m bench.agent_turns $(BENCH_ARGS)
+	$(BIN)/python -m bench.crossing $(BENCH_ARGS)
+	$(BIN)/python -m bench.scale $(BENCH_ARGS)
 	$(BIN)/python -m bench.docs
 
 ci: lint test

@@ -495,11 +495,13 @@ BASELINE = "TokenBudget alone"
 #: dense index cannot be switched off: this row ranks with them); the label stays short for the
 #: docs plot, the tables spell the settings out (``BEFORE_SETTINGS``)
 BEFORE = "TokenBudget + Retrieval hybrid as before issue 15"
-BEFORE_SETTINGS = "k=5, 600 tokens, neighbors=1, whole turns; per-message vectors kept"
+BEFORE_SETTINGS = "k=5, 600 tokens, neighbors=1, whole turns, no gate; per-message vectors kept"
 
 
 #: the hybrid row with whole turns (compact=False); short for the docs plot, like ``BEFORE``
 WHOLE_TURNS = "TokenBudget + Retrieval hybrid, whole turns"
+#: the hybrid row searching the memory for every query (no gate)
+GATE_ALWAYS = "TokenBudget + Retrieval hybrid, gate='always'"
 _DISPLAY = {BEFORE: f"{BEFORE} ({BEFORE_SETTINGS})", WHOLE_TURNS: f"{WHOLE_TURNS} (compact=False)"}
 
 
@@ -520,6 +522,8 @@ class _E2E:
     k: int | None = None
     compact: bool = True
     min_score: float | None = None
+    #: Retrieval's gate ("auto": the default; "always": every query searched)
+    gate: str = "auto"
     #: which default this row puts to the test ("How the defaults were chosen"; "" for none)
     choice: str = ""
 
@@ -536,6 +540,7 @@ def _e2e_configs() -> list[_E2E]:
         _E2E(f"{HEADLINE}, 1,500 tokens", "hybrid", context_tokens=1_500, choice="context budget"),
         _E2E(WHOLE_TURNS, "hybrid", compact=False, choice="compact packing"),
         _E2E(f"{HEADLINE}, k=5", "hybrid", k=5, choice="k by budget"),
+        _E2E(GATE_ALWAYS, "hybrid", gate="always", choice="gate"),
         _E2E(
             BEFORE,
             "hybrid",
@@ -543,7 +548,8 @@ def _e2e_configs() -> list[_E2E]:
             context_tokens=600,
             k=5,
             compact=False,
-            choice="all four, as before",
+            gate="always",
+            choice="all five, as before",
         ),
         _E2E("SummaryBuffer (fake) + Retrieval hybrid", "hybrid", inner="Summary"),
     ]
@@ -553,7 +559,14 @@ def _min_score_spec(value: float | None) -> _E2E:
     """The default hybrid row with a ``min_score`` floor (None: the default row itself)."""
     if value is None:
         return next(s for s in _e2e_configs() if s.label == HEADLINE)
-    return _E2E(f"{HEADLINE}, min_score={value:g}", "hybrid", min_score=value, choice="min_score")
+    # the floor alone decides (the gate would hide what it saves)
+    return _E2E(
+        f"{HEADLINE}, gate='always', min_score={value:g}",
+        "hybrid",
+        min_score=value,
+        gate="always",
+        choice="min_score",
+    )
 
 
 class ProbedRetrieval(Retrieval):
@@ -607,6 +620,7 @@ def _strategy(
         neighbors=spec.neighbors,
         compact=spec.compact,
         min_score=spec.min_score,
+        gate=spec.gate,  # type: ignore[arg-type]
         rrf_k=config.rrf_k,
         dense_weight=config.dense_weight,
         key=BENCH_KEY,
@@ -1381,6 +1395,11 @@ def _defaults_section(results: dict[str, Any], context: int, budget: int) -> lis
     low, high = f"{HEADLINE}, 600 tokens", f"{HEADLINE}, 1,500 tokens"
     whole = WHOLE_TURNS
     five, near = f"{HEADLINE}, k=5", f"{HEADLINE}, neighbors=1"
+    small = results["small_talk"]["configs"]
+
+    def small_talk(label: str) -> str:
+        return _num(small.get(label, {}).get("cri", {}).get("tokens_added", {}).get("median"))
+
     sentences = [
         f"- **The defaults** (k=None, {context:,} context tokens, compact packing, no "
         f"neighbours, no min_score): A' facts {_pct(d['fact_recall'])}, every fact "
@@ -1425,10 +1444,21 @@ def _defaults_section(results: dict[str, Any], context: int, budget: int) -> lis
         )
     if BEFORE in a_cells:
         sentences.append(
-            f"- **All four as before issue 15** (k=5, 600 tokens, neighbours, whole turns): "
+            "- **All five as before issue 15** (k=5, 600 tokens, neighbours, whole turns, "
+            f"no gate): "
             f"{against(BEFORE)}. The issue's figures before were {ANCHOR_FACTS_BEFORE:.1%} / "
             f"{ANCHOR_ALL_FACTS_BEFORE:.1%} (facts / every fact, A'); this row cannot switch off "
             "the per-message vectors of the dense index, so it ranks with them."
+        )
+    if GATE_ALWAYS in a_cells:
+        sentences.append(
+            "- **gate='auto'** (the memory is searched when the question refers to the speaker "
+            "or the conversation, names something the memory holds, or matches an evicted turn "
+            f"with a dense similarity >= 0.6): small talk {small_talk(HEADLINE)} tokens "
+            f"(median) against {small_talk(GATE_ALWAYS)} with gate='always', which gives "
+            f"{against(GATE_ALWAYS)}. The cue words were written on CRI's and the planted "
+            "questions' wording (English); a query without an English function word is "
+            "always searched."
         )
     sentences.append("- **min_score off** (no floor): " + _floor_sentence(results) + ".")
     return [*lines, *sentences, ""]
@@ -1456,8 +1486,8 @@ def _floor_sentence(results: dict[str, Any]) -> str:
         ):
             good.append(f"{e['min_score']:g}")
     verdict = (
-        "no floor measured here brings small talk to the goal while keeping the A' goals and B's "
-        "target, so the default is no floor"
+        "no floor measured here (with gate='always') brings small talk to the goal while "
+        "keeping the A' goals and B's target, so the default is no floor"
         if not good
         else f"min_score={', '.join(good)} meets every goal on this data, but a floor depends on "
         "the embedder and the data (see the scores below), so the default stays None"
@@ -1877,13 +1907,16 @@ def _small_talk_section(results: dict[str, Any]) -> list[str]:
         f"(CRI first person), is {'met' if met else '**not met**'} with the defaults: "
         f"{_num(median)} tokens after the CRI thread, "
         f"{_num(default['planted']['tokens_added']['median'])} after the planted conversation. "
-        "Without a floor, every searched query retrieves the best evicted turns, however poor "
-        "the match, and with k=None they fill the context budget.",
+        "The gate (`gate='auto'`) searches the memory only when a turn refers to the speaker "
+        "or the conversation, names something the memory holds or matches an evicted turn "
+        "strongly; with `gate='always'` every searched query retrieves the best evicted turns, "
+        "however poor the match, and with k=None they fill the context budget.",
         "",
         "### min_score: what a floor saves and what it costs",
         "",
-        "The default hybrid row with a floor on the dense similarity (`min_score`: when no "
-        "evicted turn or fact reaches it, nothing is retrieved). Small talk: median tokens "
+        "The default hybrid row with `gate='always'` and a floor on the dense similarity "
+        "(`min_score`: when no evicted turn or fact reaches it, nothing is retrieved), so the "
+        "floor alone decides. Small talk: median tokens "
         "added and how many of the turns still get a context message; A' and B: as in the "
         "evidence tables.",
         "",

@@ -17,6 +17,7 @@ from langmem_ext.core.tokens import (
     TokenCounter,
     as_counter,
 )
+from langmem_ext.core.vectors import VectorIndex
 from langmem_ext.errors import (
     ContextOverflowError,
     GraphSchemaError,
@@ -26,6 +27,7 @@ from langmem_ext.errors import (
     MemoryBudgetExceeded,
     MissingKeyError,
     SummarizerError,
+    TokenCountError,
     TokenizerUnavailableError,
 )
 from langmem_ext.integrations.graph import (
@@ -35,6 +37,7 @@ from langmem_ext.integrations.graph import (
     MemoryNode,
 )
 from langmem_ext.integrations.history import ManagedChatMessageHistory
+from langmem_ext.integrations.provider_counts import AnthropicCounter, CalibratedCounter
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.extractive import ExtractiveSummarizer
 from langmem_ext.strategies.presets import (
@@ -51,8 +54,10 @@ from langmem_ext.strategies.summarize import Summarizer
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnthropicCounter",
     "ApproximateCounter",
     "CachedCounter",
+    "CalibratedCounter",
     "CallableCounter",
     "ChatModelCounter",
     "Compacting",
@@ -86,10 +91,12 @@ __all__ = [
     "TieredSummary",
     "TiktokenCounter",
     "TokenBudget",
+    "TokenCountError",
     "TokenCounter",
     "TokenizerUnavailableError",
     "ToolDigest",
     "Unit",
+    "VectorIndex",
     "__version__",
     "as_counter",
     "is_valid",

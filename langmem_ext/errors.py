@@ -13,6 +13,7 @@ from the builtin a caller would naturally catch, so ``except ValueError`` keeps 
     ├── GraphSchemaError (ValueError)          a graph state lacks a channel the node writes
     ├── MissingKeyError (KeyError)             a memory-key part is missing and may not default
     ├── SummarizerError (RuntimeError)         a fold failed after retries and the fallback
+    ├── TokenCountError (RuntimeError)         a provider's token-counting endpoint failed
     ├── TokenizerUnavailableError (RuntimeError) a tokenizer could not be loaded
     ├── EmbeddingDependencyError (ImportError) a runtime package of the local embedder is missing
     └── EmbeddingModelNotFoundError (FileNotFoundError) its model files are nowhere to be found
@@ -39,6 +40,7 @@ __all__ = [
     "MissingKeyError",
     "StoredStateError",
     "SummarizerError",
+    "TokenCountError",
     "TokenizerUnavailableError",
 ]
 
@@ -179,6 +181,30 @@ class SummarizerError(LangmemExtError, RuntimeError):
         self.section = section
         self.attempts = attempts
         self.retry_after = retry_after
+
+
+class TokenCountError(LangmemExtError, RuntimeError):
+    """A provider's token-counting endpoint failed.
+
+    ``model`` is the model the count was for, ``status_code`` the HTTP status (``None`` when no
+    answer came: a connection error or a timeout) and ``error_type`` the provider's error type
+    (``"rate_limit_error"``, ``"api_error"`` ...) when it said one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        model: str,
+        status_code: int | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.model = model
+        self.status_code = status_code
+        self.error_type = error_type
 
 
 class EmbeddingDependencyError(LangmemExtError, ImportError):

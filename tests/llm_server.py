@@ -30,6 +30,18 @@ Besides the queue, ``server.context_limit = N`` answers every request whose prom
 tokens (4 characters a token) with the context-length 400, like a model with a small window.
 ``server.count(...)`` counts the requests that reached the server (by provider or fault).
 
+Anthropic's token counting, ``POST /v1/messages/count_tokens``, answers ``{"input_tokens": N}``
+with the deterministic, additive count of :func:`anthropic_token_count` (four characters a token,
+rounded up, per text or tool block, plus a fixed overhead per message, per request, for a system
+prompt and for tools). It validates the request like the real API (an empty ``messages``, a
+``tool_result`` without its ``tool_use`` in the previous turn, a ``tool_use`` not answered in the
+next turn, an empty turn ... get a 400 in Anthropic's error format), is recorded with
+``endpoint == "count_tokens"`` (``server.count_requests()``) and takes faults from the same queue.
+``server.usage_bias = (1.3, 5)`` makes the ``usage.input_tokens`` of normal ``/v1/messages``
+answers ``round(1.3 * count + 5)`` (count: the same arithmetic on the request) instead of the
+rough prompt estimate, so that a calibration can be tested. ``server.max_in_flight`` is the
+largest number of requests the server was handling at once.
+
 Each provider gets its own error format (OpenAI ``{"error": {...}}``, Anthropic ``{"type": "error",
 "error": {...}}``); the fixtures ``llm_server`` and ``llm_server_b`` give a fresh server per test.
 """
@@ -37,6 +49,7 @@ Each provider gets its own error format (OpenAI ``{"error": {...}}``, Anthropic 
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import threading
@@ -56,6 +69,9 @@ __all__ = [
     "FakeLLMServer",
     "Fault",
     "RecordedRequest",
+    "anthropic_message_tokens",
+    "anthropic_request_error",
+    "anthropic_token_count",
     "echo_markers",
     "llm_server",
     "llm_server_b",
@@ -176,8 +192,13 @@ class RecordedRequest:
     headers: dict[str, str]
     raw: bytes
     body: dict[str, Any] | None
-    #: the fault this request got, or None for a normal answer
+    #: the fault this request got, or None for a normal answer ("invalid_request": a 400 the
+    #: server's own validation answered, see ``error``)
     fault: str | None = None
+    #: "chat" (a completion) or "count_tokens" (Anthropic's token counting)
+    endpoint: str = "chat"
+    #: the message of the 400 the validation answered
+    error: str | None = None
     #: the reply text sent (None when a fault replaced the answer)
     reply: str | None = None
     received_at: float = field(default_factory=time.monotonic)
@@ -251,6 +272,144 @@ def _rough_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+# -- Anthropic's token counting, faked -------------------------------------------------------------
+
+#: the fixed parts of the fake count: every request, every message (its role markers), a
+#: non-empty system prompt, a request with tools (the tool-use preamble)
+COUNT_PER_REQUEST = 7
+COUNT_PER_MESSAGE = 4
+COUNT_PER_SYSTEM = 3
+COUNT_PER_TOOLS = 20
+#: what an image block costs
+COUNT_PER_IMAGE = 100
+
+
+def _quarter(text: str) -> int:
+    """Four characters a token, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def _content_tokens(content: Any) -> int:
+    if isinstance(content, str):
+        return _quarter(content)
+    if isinstance(content, list):
+        return sum(_block_tokens(block) for block in content)
+    return 0
+
+
+def _block_tokens(block: Any) -> int:
+    """One content block: its text, a tool call's name and input, a tool result's content (ids
+    and types are not counted)."""
+    if isinstance(block, str):
+        return _quarter(block)
+    if not isinstance(block, dict):
+        return 0
+    kind = block.get("type")
+    if kind == "text":
+        return _quarter(str(block.get("text", "")))
+    if kind == "tool_use":
+        return _quarter(str(block.get("name", "")) + json.dumps(block.get("input", {})))
+    if kind == "tool_result":
+        return _content_tokens(block.get("content", ""))
+    if kind == "image":
+        return COUNT_PER_IMAGE
+    return _quarter(json.dumps(block, sort_keys=True))
+
+
+def anthropic_message_tokens(message: dict[str, Any]) -> int:
+    """What the fake counts for one turn of a request: its blocks plus ``COUNT_PER_MESSAGE``."""
+    return COUNT_PER_MESSAGE + _content_tokens(message.get("content"))
+
+
+def anthropic_token_count(body: dict[str, Any]) -> int:
+    """The fake count of a Messages API request body (system, messages and tools)."""
+    total = COUNT_PER_REQUEST
+    system = body.get("system")
+    if system:
+        total += COUNT_PER_SYSTEM + _content_tokens(system)
+    total += sum(anthropic_message_tokens(m) for m in body.get("messages") or [])
+    tools = body.get("tools") or []
+    if tools:
+        total += COUNT_PER_TOOLS + sum(_quarter(json.dumps(t, sort_keys=True)) for t in tools)
+    return total
+
+
+def _blocks_of(content: Any) -> list[dict[str, Any]]:
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def anthropic_request_error(body: dict[str, Any] | None) -> str | None:
+    """Why the real API would refuse this request body with a 400 (None: it is valid).
+
+    The checks the real Messages API makes that matter to a token counter: a model; at least one
+    message; roles user / assistant; no empty turn except a final assistant one; no empty text
+    block; no trailing whitespace in a final assistant turn; every ``tool_result`` answering a
+    ``tool_use`` of the previous (assistant) turn; every ``tool_use`` answered in the next turn.
+    """
+    if not isinstance(body, dict):
+        return "request body: expected a JSON object"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model: Field required"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    system = body.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        return "system: Input should be a valid string or a list of text blocks"
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        content = message.get("content")
+        if not isinstance(content, (str, list)):
+            return f"messages.{i}.content: Input should be a valid string or list"
+        empty = not content if isinstance(content, list) else not content.strip()
+        if empty and not (i == last and message["role"] == "assistant"):
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        blocks = _blocks_of(content)
+        for j, block in enumerate(blocks):
+            if block.get("type") == "text" and not str(block.get("text", "")).strip():
+                return f"messages.{i}.content.{j}.text: text content blocks must be non-empty"
+        if i == last and message["role"] == "assistant":
+            text = content if isinstance(content, str) else ""
+            if blocks and blocks[-1].get("type") == "text":
+                text = str(blocks[-1].get("text", ""))
+            if text != text.rstrip():
+                return "final assistant content cannot end with trailing whitespace"
+        previous = messages[i - 1] if i > 0 else None
+        calls = (
+            {
+                b.get("id")
+                for b in _blocks_of(previous.get("content"))
+                if b.get("type") == "tool_use"
+            }
+            if isinstance(previous, dict) and previous.get("role") == "assistant"
+            else set()
+        )
+        results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
+        if results and message["role"] != "user":
+            return f"messages.{i}: tool_result blocks are only allowed in user messages"
+        unexpected = [r for r in results if r not in calls]
+        if unexpected:
+            return (
+                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{unexpected[0]}. Each `tool_result` block must have a corresponding `tool_use` "
+                "block in the previous message."
+            )
+        if calls and i > 0:
+            missing = sorted(str(c) for c in calls if c not in results)
+            if missing:
+                return (
+                    f"messages.{i - 1}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                    "corresponding `tool_result` block in the next message."
+                )
+    return None
+
+
 class FakeLLMServer:
     """An OpenAI + Anthropic compatible HTTP server on 127.0.0.1, in a background thread."""
 
@@ -258,6 +417,12 @@ class FakeLLMServer:
         self.reply: ReplyFn = reply or echo_markers
         #: answer prompts over about this many tokens with the context-length 400 (None: no limit)
         self.context_limit: int | None = None
+        #: (scale, offset): normal Anthropic answers report input_tokens = round(scale * count +
+        #: offset), count by :func:`anthropic_token_count` (None: the rough prompt estimate)
+        self.usage_bias: tuple[float, float] | None = None
+        #: the largest number of requests being handled at once
+        self.max_in_flight = 0
+        self._in_flight = 0
         self.requests: list[RecordedRequest] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
@@ -348,7 +513,21 @@ class FakeLLMServer:
 
     def markers_seen(self) -> list[str]:
         """Every msg-N marker in the transcripts of all answered requests, in order."""
-        return [m for r in self.answered() for m in r.markers]
+        return [m for r in self.answered() if r.endpoint == "chat" for m in r.markers]
+
+    def count_requests(self) -> list[RecordedRequest]:
+        """The requests to Anthropic's token counting (``/v1/messages/count_tokens``)."""
+        with self._lock:
+            return [r for r in self.requests if r.endpoint == "count_tokens"]
+
+    def _enter(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     # -- used by the handler ---------------------------------------------------------------------
 
@@ -357,7 +536,13 @@ class FakeLLMServer:
             self.requests.append(request)
             fault = self._faults.popleft() if self._faults else None
             limit = self.context_limit
-            if fault is None and limit is not None and _rough_tokens(request.prompt) > limit:
+            counting = request.endpoint == "count_tokens"  # counting has no context window
+            if (
+                fault is None
+                and limit is not None
+                and not counting
+                and _rough_tokens(request.prompt) > limit
+            ):
                 fault = Fault("context_length")
             request.fault = fault.kind if fault else None
             self._serial += 1
@@ -405,6 +590,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(data).encode(), headers)
 
     def do_POST(self) -> None:
+        self.owner._enter()
+        try:
+            self._post()
+        finally:
+            self.owner._leave()
+
+    def _post(self) -> None:
         owner = self.owner
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -413,8 +605,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         path = self.path.split("?", 1)[0]
+        endpoint = "chat"
         if path.endswith("/chat/completions"):
             provider = "openai"
+        elif path.endswith("/messages/count_tokens"):
+            provider, endpoint = "anthropic", "count_tokens"
         elif path.endswith("/messages"):
             provider = "anthropic"
         else:
@@ -426,6 +621,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers={k.lower(): v for k, v in self.headers.items()},
             raw=raw,
             body=body if isinstance(body, dict) else None,
+            endpoint=endpoint,
         )
         fault = owner._record(request)
         if fault is not None and fault.kind in ("timeout", "hang", "delay"):
@@ -443,14 +639,37 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- answers ---------------------------------------------------------------------------------
 
+    def _count_tokens(self, request: RecordedRequest) -> None:
+        """Anthropic's ``/v1/messages/count_tokens``: the fake count, or the real API's 400."""
+        error = anthropic_request_error(request.body)
+        if error is not None:
+            with self.owner._lock:
+                request.fault, request.error = "invalid_request", error
+            body = {"type": "error", "error": {"type": "invalid_request_error", "message": error}}
+            self._json(400, body)
+            return
+        assert request.body is not None
+        self._json(200, {"input_tokens": anthropic_token_count(request.body)})
+
+    def _input_tokens(self, request: RecordedRequest) -> int:
+        """The prompt tokens an answer reports: biased by ``usage_bias`` when set."""
+        bias = self.owner.usage_bias
+        if bias is None or request.provider != "anthropic":
+            return _rough_tokens(request.prompt)
+        scale, offset = bias
+        return math.floor(scale * anthropic_token_count(request.body or {}) + offset + 0.5)
+
     def _answer(self, request: RecordedRequest, provider: str, *, text: str | None = None) -> None:
+        if request.endpoint == "count_tokens":
+            self._count_tokens(request)
+            return
         if text is None:
             text = self.owner.reply(request)
         request.reply = text
         serial = self.owner._next_id()
         body = request.body or {}
         model = str(body.get("model") or "fake-model")
-        prompt_tokens = _rough_tokens(request.prompt)
+        prompt_tokens = self._input_tokens(request)
         completion_tokens = _rough_tokens(text)
         if provider == "openai":
             self._json(

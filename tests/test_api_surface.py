@@ -3,7 +3,8 @@
 Why: issue 12 moves code between modules (and later into subpackages) while ``from langmem_ext
 import ...`` must keep working. These tests fail when a refactor drops or renames a public name,
 when a name is exported by accident, or when the README documents a name that does not import.
-Adding a public name is a decision: add it to ``EXPECTED`` here, in the same change.
+Adding a public name is a decision: add it to ``EXPECTED`` here, in the same change (issue 16
+added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 #: ``langmem_ext.__all__``, exactly (sorted as ruff keeps it)
 EXPECTED = (
+    "AnthropicCounter",
     "ApproximateCounter",
     "CachedCounter",
+    "CalibratedCounter",
     "CallableCounter",
     "ChatModelCounter",
     "Compacting",
@@ -55,10 +58,12 @@ EXPECTED = (
     "TieredSummary",
     "TiktokenCounter",
     "TokenBudget",
+    "TokenCountError",
     "TokenCounter",
     "TokenizerUnavailableError",
     "ToolDigest",
     "Unit",
+    "VectorIndex",
     "__version__",
     "as_counter",
     "is_valid",

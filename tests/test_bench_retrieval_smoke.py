@@ -192,11 +192,15 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         sweep[0][GOALS_DATASET]["fact_recall"]
         == (results["evidence"][GOALS_DATASET][HEADLINE]["fact_recall"])
     )
-    for entry in sweep:  # a floor only ever retrieves less
+    floors = sweep[1:]  # gate='always' with a floor: a higher floor only ever retrieves less
+    for lower, higher in zip(floors, floors[1:]):
         assert (
-            entry["small_talk"]["cri"]["with_context"]
-            <= sweep[0]["small_talk"]["cri"]["with_context"]
+            higher["small_talk"]["cri"]["with_context"]
+            <= lower["small_talk"]["cri"]["with_context"]
         )
+    # the default row (gate='auto') brings back less small talk than no gate at all
+    no_gate = small["configs"]["TokenBudget + Retrieval hybrid, gate='always'"]["cri"]
+    assert sweep[0]["small_talk"]["cri"]["with_context"] < no_gate["with_context"]
     for scores in (
         *small["top_scores"]["questions"].values(),
         *small["top_scores"]["small_talk"].values(),

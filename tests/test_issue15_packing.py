@@ -141,7 +141,12 @@ def test_a_score_floor_skips_retrieval_when_nothing_evicted_is_close() -> None:
 
     def strategy(floor: float | None) -> Retrieval:
         return Retrieval(
-            TokenBudget(900), store=store(BagOfWords()), ranking="dense", key=KEY, min_score=floor
+            TokenBudget(900),
+            store=store(BagOfWords()),
+            ranking="dense",
+            key=KEY,
+            min_score=floor,
+            gate="always",  # the floor alone decides here (gate="auto": tests/test_issue15_gate.py)
         )
 
     small_talk = "thanks a lot, that was very helpful indeed"

@@ -434,7 +434,9 @@ def test_postgres_store_holds_the_index_bookkeeping(pg_schema_dsn: str) -> None:
 
 
 def test_bad_configuration_is_refused_clearly() -> None:
-    with pytest.raises(ValueError, match="needs a store with a vector index"):
+    with pytest.raises(
+        ValueError, match=r"needs embeddings: pass embeddings=.*or a store with a vector index"
+    ):
         Retrieval(TokenBudget(900), store=InMemoryStore(), ranking="dense")
     with pytest.raises(TypeError, match="BaseStore"):
         Retrieval(TokenBudget(900), store={})  # type: ignore[arg-type]

@@ -57,9 +57,13 @@ _ERROR_CHARS = 300
 
 @dataclass(frozen=True, slots=True)
 class Folded:
-    """The summarizer succeeded: ``sections`` (section -> text) is the new running summary."""
+    """The summarizer succeeded: ``sections`` (section -> text) is the new running summary.
+
+    ``covers``: how many of the request's messages (its oldest) the summary stands for, when a
+    fold started earlier in the background, on fewer messages, is adopted; None: all of them."""
 
     sections: Mapping[str, str]
+    covers: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from langmem_ext.core._identity import KeyChain
+from langmem_ext.core._identity import KeyChain, fingerprint
 from langmem_ext.core._text import longest_prefix_within
 from langmem_ext.core._transcript import content_text
 from langmem_ext.core.messages import Unit, clip_chars, clip_marker, iter_units_reverse
@@ -148,15 +148,17 @@ def digest_text(unit: Unit, observation_tokens: int, count_text: Callable[[str],
     return "\n".join(lines)
 
 
-#: digests made in this process, by (round key, observation_tokens, counter): a view walks past
-#: rounds it does not show (to find the turn's request), and those are not kept in the state.
-#: The counter is held, so its id cannot be reused while the entry lives. Bounded (LRU).
-_MADE: OrderedDict[tuple[str, int, int], tuple[TokenCounter, str | None]] = OrderedDict()
+#: digests made in this process, by (round key, observation_tokens, counter, the round's content):
+#: a view walks past rounds it does not show (to find the turn's request), and those are not kept
+#: in the state. The content is part of the key: two conversations whose rounds have the same
+#: key (messages without ids, same history) but other results never share a digest. The counter
+#: is held, so its id cannot be reused while the entry lives. Bounded (LRU).
+_MADE: OrderedDict[tuple[str, int, int, int], tuple[TokenCounter, str | None]] = OrderedDict()
 _MADE_SIZE = 50_000
 _MADE_LOCK = threading.Lock()
 
 
-def _made(key: tuple[str, int, int]) -> tuple[TokenCounter, str | None] | None:
+def _made(key: tuple[str, int, int, int]) -> tuple[TokenCounter, str | None] | None:
     with _MADE_LOCK:
         found = _MADE.get(key)
         if found is not None:
@@ -164,7 +166,7 @@ def _made(key: tuple[str, int, int]) -> tuple[TokenCounter, str | None] | None:
         return found
 
 
-def _remember(key: tuple[str, int, int], counter: TokenCounter, text: str | None) -> None:
+def _remember(key: tuple[str, int, int, int], counter: TokenCounter, text: str | None) -> None:
     with _MADE_LOCK:
         _MADE[key] = (counter, text)
         if len(_MADE) > _MADE_SIZE:
@@ -248,7 +250,7 @@ class Tier1:
         """A new digest of ``unit`` (None: not smaller than the round), made once per process."""
         assert self.settings is not None
         tokens, counter = self.settings.observation_tokens, self.counter
-        memo = (key, tokens, id(counter))
+        memo = (key, tokens, id(counter), hash(tuple(fingerprint(m) for m in unit.messages)))
         found = _made(memo)
         if found is not None:
             return found[1]

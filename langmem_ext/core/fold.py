@@ -102,10 +102,18 @@ _TRUNCATED = "\n[... summary shortened by langmem_ext to fit the context budget]
 
 @dataclass(frozen=True, slots=True)
 class FoldRequest:
-    """Fold ``messages`` (originals, oldest first) into ``previous`` (section -> text)."""
+    """Fold ``messages`` (originals, oldest first) into ``previous`` (section -> text).
+
+    ``background``: the view is past ``prefetch_tokens`` but not over the trigger: the fold may
+    run off the critical path (the driver starts it and answers ``FoldDeferred`` until it has
+    finished, then ``Folded`` with ``covers``); nothing has to be folded on this call."""
 
     previous: Mapping[str, str]
     messages: tuple[BaseMessage, ...]
+    background: bool = False
+    #: a fold due now (not ``background``) must cover at least this many of ``messages`` for
+    #: the view to fit under the trigger: a background fold of fewer is not adopted for it
+    least: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +138,9 @@ class FoldConfig(ViewLimits):
     digest: DigestSettings | None = None
     #: fold when more than this many messages are unfolded (None: the token trigger only)
     trigger_messages: int | None = None
+    #: background compaction: past this level (below the trigger) the fold is asked for as a
+    #: background request, so it is usually done before the trigger is crossed; None: off
+    prefetch_tokens: int | None = None
     #: a fold keeps at most this many unfolded messages (with ``trigger_messages``)
     target_messages: int | None = None
     degrade_after: int = 3
@@ -164,6 +175,14 @@ class FoldConfig(ViewLimits):
                 f"need 0 < target_tokens ({self.target_tokens:,}) <= trigger ("
                 f"{self.trigger_tokens:,}) <= max_tokens ({self.max_tokens:,})"
             )
+        if self.prefetch_tokens is not None:
+            require_int("prefetch_tokens", self.prefetch_tokens, 1)
+            if not self.target_tokens < self.prefetch_tokens < self.trigger_tokens:
+                raise ValueError(
+                    f"prefetch_tokens ({self.prefetch_tokens:,}) must be between target_tokens "
+                    f"({self.target_tokens:,}) and the fold trigger ({self.trigger_tokens:,}): "
+                    "a background fold starts past it, before the trigger is crossed"
+                )
         if self.max_summary_tokens >= self.target_tokens:
             raise ValueError(
                 f"max_summary_tokens ({self.max_summary_tokens:,}) must be below the level a "
@@ -535,6 +554,16 @@ class _Turn:
             raise found
         return found
 
+    def past(self, tokens: int) -> bool:
+        """Whether the unfolded messages, under the summary, do not all fit under ``tokens``
+        (the background compaction mark)."""
+        unfolded = self.n - self.boundary
+        try:
+            current, _ = self.select()
+        except ContextOverflowError:
+            return True
+        return self.unfolded_kept(current) != unfolded or current.tokens > self.config.level(tokens)
+
     def over_trigger(self) -> Trigger | None:
         """Which high-water mark the unfolded messages, under the summary, pass: they do not all
         fit under ``trigger_tokens`` (``"tokens"``), or more than ``trigger_messages`` are
@@ -601,20 +630,34 @@ class _Turn:
             return False, over
         return True, self.over_trigger()
 
-    def fold_request(self) -> FoldRequest | None:
+    def fold_request(self, early: bool = False) -> FoldRequest | None:
         """The oldest unfolded units to fold so the view, with a full-size summary, fits
-        ``target_tokens``; None when nothing can be folded."""
+        ``target_tokens``; None when nothing can be folded. ``early`` (background compaction,
+        whose folds start at ``prefetch_tokens``, up to ``trigger - prefetch`` tokens before
+        the trigger): the fold goes that much further down (at most half the way to the
+        summary), as far as a fold at the trigger would have gone: background compaction folds
+        as often as inline folding, not more often."""
         config = self.config
         allowance = config.max_summary_tokens + self.counter.count_text(render_summary({}, ""))
         overhead = self.counter.count_messages(())
         fixed = overhead + self.system_tokens() + allowance
-        room = config.level(config.target_tokens) - fixed
+        target = config.target_tokens
+        if early and config.prefetch_tokens is not None:
+            ahead = config.trigger_tokens - config.prefetch_tokens
+            target -= min(ahead, (target - config.max_summary_tokens) // 2)
+        room = config.level(target) - fixed
         hard_room = config.level(config.max_tokens) - fixed
-        stop = _fold_boundary(self, room, shown=self.shown(), hard_room=hard_room)
+        shown = self.shown()
+        stop = _fold_boundary(self, room, shown=shown, hard_room=hard_room)
         if stop <= self.boundary:
             return None
         batch = tuple(ensure_message(self.messages[i], i) for i in range(self.boundary, stop))
-        return FoldRequest(dict(self.sections), batch)
+        least = 0
+        if config.prefetch_tokens is not None:  # background mode: what a fold due now needs
+            trigger_room = config.level(config.trigger_tokens) - fixed
+            needed = _fold_boundary(self, trigger_room, shown=shown, hard_room=hard_room)
+            least = min(max(needed - self.boundary, 0), len(batch))
+        return FoldRequest(dict(self.sections), batch, least=least)
 
     def adopt(self, request: FoldRequest, sections: Mapping[str, str]) -> None:
         """The fold of ``request`` succeeded: ``sections`` stand for its messages from now on."""
@@ -641,15 +684,20 @@ def plan_fold(
     turn = _Turn.begin(messages, state, config, counter)
     clip_moved, trigger = turn.move_clip_point(state.view_tokens, turn.over_trigger())
     after, folded_now = state, 0
-    if trigger is not None and may_try_fold(state, now):
-        request = turn.fold_request()
+    early = (
+        trigger is None and config.prefetch_tokens is not None and turn.past(config.prefetch_tokens)
+    )
+    if (trigger is not None or early) and may_try_fold(state, now):
+        # background mode folds to one depth, early or not: a running fold's messages then
+        # always lead the crossing call's request (adopted, not folded twice)
+        deep = config.prefetch_tokens is not None
+        request = turn.fold_request(early=deep)
         if request is not None:
-            outcome = settled((yield request))
+            outcome = settled((yield replace(request, background=early)))
             after = health_after(state, outcome, now, config.retry_policy)
             if isinstance(outcome, Folded):
-                turn.adopt(request, outcome.sections)
-                folded_now = len(request.messages)
-                after = replace(after, folds=state.folds + 1)
+                folded_now = _adopt(turn, request, outcome)
+                after = replace(after, folds=after.folds + 1)
     turn.clip_at = max(turn.clip_at, turn.boundary)
     turn.digest_at = max(turn.digest_at, turn.boundary) if config.digest is not None else 0
     next_state = _bookkeeping(turn, after)
@@ -670,6 +718,20 @@ def plan_fold(
         clip_moved,
         trigger,
     )
+
+
+def _adopt(turn: _Turn, request: FoldRequest, outcome: Folded) -> int:
+    """Mark the messages ``outcome`` stands for folded (all of ``request``'s, or the oldest
+    ``covers`` of them: a background fold started on fewer); how many."""
+    if outcome.covers is not None:
+        if not 0 < outcome.covers <= len(request.messages):
+            raise RuntimeError(
+                f"a fold covering {outcome.covers} of {len(request.messages)} messages cannot "
+                "be adopted"
+            )
+        request = replace(request, messages=request.messages[: outcome.covers])
+    turn.adopt(request, outcome.sections)
+    return len(request.messages)
 
 
 def _bookkeeping(turn: _Turn, state: MemoryState) -> MemoryState:

@@ -26,7 +26,9 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar, cast
+
+import numpy as np
 
 __all__ = ["BM25Index", "reciprocal_rank_fusion", "tokenize"]
 
@@ -50,10 +52,41 @@ def tokenize(text: str) -> list[str]:
     return [t for t in _WORD.findall(text.lower()) if t not in STOP_WORDS]
 
 
+class _Postings:
+    """One term's postings: growable arrays of (document slot, term frequency)."""
+
+    __slots__ = ("n", "slots", "tfs")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.slots = np.empty(4, dtype=np.int32)
+        self.tfs = np.empty(4, dtype=np.float64)
+
+    def extend(self, slots: list[int], tfs: list[int]) -> None:
+        end = self.n + len(slots)
+        if end > len(self.slots):
+            size = max(end, 2 * len(self.slots))
+            self.slots = np.resize(self.slots, size)
+            self.tfs = np.resize(self.tfs, size)
+        self.slots[self.n : end] = slots
+        self.tfs[self.n : end] = tfs
+        self.n = end
+
+    def remove(self, slot: int) -> None:
+        keep = self.slots[: self.n] != slot
+        count = int(keep.sum())
+        self.slots[:count] = self.slots[: self.n][keep]
+        self.tfs[:count] = self.tfs[: self.n][keep]
+        self.n = count
+
+
 class BM25Index:
     """An incremental Okapi BM25 index over string keys. Thread-safe.
 
     ``add`` with a key already present replaces that document (idempotent for the same text).
+    Postings are numpy arrays: a query costs O(postings of its terms) in vectorised arithmetic
+    plus one pass over the document lengths, and keeps only the ``k`` best scores
+    (``argpartition``, not a sort of every score): flat enough for 100k documents.
     """
 
     def __init__(self, *, k1: float = 1.2, b: float = 0.75) -> None:
@@ -61,37 +94,71 @@ class BM25Index:
             raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
         self.k1, self.b = k1, b
         self._lock = threading.Lock()
-        self._docs: dict[str, Counter[str]] = {}
-        self._lengths: dict[str, int] = {}
-        self._postings: dict[str, dict[str, int]] = {}
-        self._total_length = 0
+        self._slot: dict[str, int] = {}  # key -> document slot (slots are never reused)
+        self._keys: list[str | None] = []  # slot -> key (None: replaced or removed)
+        self._terms: list[tuple[str, ...]] = []  # slot -> its distinct terms
+        self._lengths = np.zeros(16, dtype=np.float64)
+        self._postings: dict[str, _Postings] = {}
+        self._total_length = 0.0
 
     def __len__(self) -> int:
-        return len(self._docs)
+        return len(self._slot)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._docs
+        return key in self._slot
+
+    def frequency(self, term: str) -> int:
+        """How many documents hold ``term`` (a token as :func:`tokenize` makes them)."""
+        postings = self._postings.get(term)
+        return 0 if postings is None else postings.n
 
     def add(self, key: str, text: str) -> None:
-        terms = Counter(tokenize(text))
-        with self._lock:
-            if key in self._docs:
-                self._remove(key)
-            self._docs[key] = terms
-            length = sum(terms.values())
-            self._lengths[key] = length
-            self._total_length += length
-            for term, tf in terms.items():
-                self._postings.setdefault(term, {})[key] = tf
+        self.add_many([(key, text)])
 
-    def _remove(self, key: str) -> None:
-        """Forget ``key``'s document (the caller holds the lock): ``add`` replaces with it."""
-        for term in self._docs.pop(key):
+    def add_many(self, documents: Iterable[tuple[str, str]]) -> None:
+        """``add`` for many (key, text) pairs at once (a fresh process loading its index): each
+        term's postings grow once per call, not once per document. A key given twice keeps its
+        last text."""
+        batch = {key: Counter(tokenize(text)) for key, text in documents}
+        if not batch:
+            return
+        with self._lock:
+            grown: dict[str, tuple[list[int], list[int]]] = {}
+            need = len(self._keys) + len(batch)
+            if need > len(self._lengths):
+                self._lengths = np.resize(self._lengths, max(need, 2 * len(self._lengths)))
+            for key, terms in batch.items():
+                old = self._slot.pop(key, None)
+                if old is not None:
+                    self._remove(old)
+                slot = len(self._keys)
+                self._slot[key] = slot
+                self._keys.append(key)
+                self._terms.append(tuple(terms))
+                length = sum(terms.values())
+                self._lengths[slot] = length
+                self._total_length += length
+                for term, tf in terms.items():
+                    slots, tfs = grown.setdefault(term, ([], []))
+                    slots.append(slot)
+                    tfs.append(tf)
+            for term, (slots, tfs) in grown.items():
+                postings = self._postings.get(term)
+                if postings is None:
+                    postings = self._postings[term] = _Postings()
+                postings.extend(slots, tfs)
+
+    def _remove(self, slot: int) -> None:
+        """Forget the document in ``slot`` (the caller holds the lock): ``add`` replaces."""
+        for term in self._terms[slot]:
             postings = self._postings[term]
-            del postings[key]
-            if not postings:
+            postings.remove(slot)
+            if not postings.n:
                 del self._postings[term]
-        self._total_length -= self._lengths.pop(key)
+        self._total_length -= float(self._lengths[slot])
+        self._lengths[slot] = 0
+        self._keys[slot] = None
+        self._terms[slot] = ()
 
     def search(
         self, query: str, k: int = 10, *, exclude: Iterable[str] = ()
@@ -99,27 +166,41 @@ class BM25Index:
         """The ``k`` best (key, score) pairs with a positive score, best first; ties by key."""
         if k <= 0:
             return []
-        skip = set(exclude)
+        terms = Counter(tokenize(query))
         with self._lock:
-            n = len(self._docs)
+            n = len(self._slot)
             if n == 0:
                 return []
+            slots = len(self._keys)
             average = self._total_length / n or 1.0
-            scores: dict[str, float] = {}
-            for term, qtf in Counter(tokenize(query)).items():
+            norm: Any = None
+            scores: Any = None
+            for term, qtf in terms.items():
                 postings = self._postings.get(term)
-                if not postings:
+                if postings is None:
                     continue
-                df = len(postings)
-                idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-                for key, tf in postings.items():
-                    if key in skip:
-                        continue
-                    norm = self.k1 * (1 - self.b + self.b * self._lengths[key] / average)
-                    scores[key] = scores.get(key, 0.0) + qtf * idf * tf * (self.k1 + 1) / (
-                        tf + norm
-                    )
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+                if scores is None:
+                    lengths = self._lengths[:slots]
+                    norm = self.k1 * (1 - self.b + self.b * lengths / average)
+                    scores = np.zeros(slots, dtype=np.float64)
+                where = postings.slots[: postings.n]
+                tf = postings.tfs[: postings.n]
+                idf = math.log(1.0 + (n - postings.n + 0.5) / (postings.n + 0.5))
+                # one posting per document and term: a plain fancy-index add is exact
+                scores[where] += qtf * idf * tf * (self.k1 + 1) / (tf + norm[where])
+            if scores is None:
+                return []
+            for key in exclude:
+                slot = self._slot.get(key)
+                if slot is not None:
+                    scores[slot] = 0.0
+            hits = np.flatnonzero(scores > 0)
+            if len(hits) > k:
+                # the k best, plus every document tied with the k-th (ties go by key)
+                kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
+                hits = hits[scores[hits] >= kth]
+            ranked = [(cast(str, self._keys[s]), float(scores[s])) for s in hits.tolist()]
+        ranked.sort(key=lambda item: (-item[1], item[0]))
         return ranked[:k]
 
 

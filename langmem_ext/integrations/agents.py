@@ -7,12 +7,20 @@ prompt and the summary in one system message, first. The strategy's
 :class:`~langmem_ext.core.state.MemoryState` is kept in the agent state (``memory``) through the
 response's state update, so checkpointers persist it like any other channel.
 
+When the strategy's counter learns from real usage (it has an ``observe`` method, e.g.
+:class:`~langmem_ext.CalibratedCounter`), every response is fed back to it:
+the messages actually sent (system prompt and view), the response's ``usage_metadata`` and the
+tool-schema tokens that were held back. A failure there is logged as a warning, never raised into
+the agent.
+
 Requires the ``langchain`` package (``pip install "langmem-ext[agents]"``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -38,6 +46,8 @@ from langmem_ext.integrations.graph import Mode, check_surface_args
 from langmem_ext.strategies.engine import Strategy
 
 __all__ = ["MemoryMiddleware", "MemoryMiddlewareState"]
+
+logger = logging.getLogger(__name__)
 
 
 class MemoryMiddlewareState(AgentState[Any]):
@@ -137,6 +147,67 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
             response = ModelResponse(result=[response])
         return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
+    def _answer(
+        self, response: ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
+    ) -> AIMessage | None:
+        """The model's answer in a handler's response (the last AIMessage of its result)."""
+        if isinstance(response, ExtendedModelResponse):
+            response = response.model_response
+        if isinstance(response, AIMessage):
+            return response
+        for message in reversed(response.result):
+            if isinstance(message, AIMessage):
+                return message
+        return None
+
+    def _calibrate(
+        self,
+        sent: ModelRequest[Any],
+        response: ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any],
+        extra: int,
+    ) -> None:
+        """Feed a response's usage to a counter that learns from it (``observe``)."""
+        observe = getattr(self.strategy.counter, "observe", None)
+        if not callable(observe):
+            return
+        try:
+            answer = self._answer(response)
+            if answer is not None:
+                observe(self._history(sent), answer, extra_tokens=extra)
+        except Exception as exc:  # calibration must never break the agent
+            logger.warning(
+                "MemoryMiddleware: the counter could not learn from the response (%s: %s)",
+                type(exc).__name__,
+                exc,
+            )
+
+    async def _acalibrate(
+        self,
+        sent: ModelRequest[Any],
+        response: ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any],
+        extra: int,
+    ) -> None:
+        """:meth:`_calibrate` for the async hook: ``aobserve`` when the counter has it, else
+        ``observe`` (in a worker thread when counting blocks)."""
+        counter = self.strategy.counter
+        aobserve = getattr(counter, "aobserve", None)
+        if not callable(aobserve):
+            if getattr(counter, "is_blocking", False):
+                await asyncio.to_thread(self._calibrate, sent, response, extra)
+            else:
+                self._calibrate(sent, response, extra)
+            return
+        try:
+            answer = self._answer(response)
+            if answer is not None:
+                await aobserve(self._history(sent), answer, extra_tokens=extra)
+        except Exception as exc:  # calibration must never break the agent
+            logger.warning(
+                "MemoryMiddleware: the counter could not learn from the response (%s: %s)",
+                type(exc).__name__,
+                exc,
+            )
+
     # -- hooks ------------------------------------------------------------------------------------
 
     def wrap_model_call(
@@ -145,13 +216,17 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
+        extra = self._tool_tokens(request)
         result = self.strategy.apply(
             history,
             self._previous(request),
-            extra_tokens=self._tool_tokens(request),
+            extra_tokens=extra,
             key=self._key(),
         )
-        return self._respond(history, result, handler(self._request(request, result)))
+        sent = self._request(request, result)
+        response = handler(sent)
+        self._calibrate(sent, response, extra)
+        return self._respond(history, result, response)
 
     async def awrap_model_call(
         self,
@@ -159,10 +234,14 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
+        extra = self._tool_tokens(request)
         result = await self.strategy.aapply(
             history,
             self._previous(request),
-            extra_tokens=self._tool_tokens(request),
+            extra_tokens=extra,
             key=self._key(),
         )
-        return self._respond(history, result, await handler(self._request(request, result)))
+        sent = self._request(request, result)
+        response = await handler(sent)
+        await self._acalibrate(sent, response, extra)
+        return self._respond(history, result, response)

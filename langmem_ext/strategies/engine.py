@@ -16,15 +16,33 @@ runs the plan's steps in a worker thread so the event loop never blocks.
 
 The state passed in is never changed (it is frozen): a failed or cancelled call leaves the
 caller's state exactly as it was.
+
+Background compaction. A plan whose view passed ``prefetch_tokens`` (below the fold trigger)
+asks for its fold as a *background* request. The driver owns the work, the plan stays pure: it
+starts the fold in a worker thread (``Summarizer.fold`` with its retries, off the critical path)
+and answers ``FoldDeferred`` at once; a later call whose fold request begins with the same
+messages under the same summary adopts the finished fold (``Folded(covers=...)``: exactly those
+messages are marked folded, once), or, when it must fold now (the trigger is crossed), waits for
+the running one, at most ``fold_wait`` seconds, and otherwise shows the degraded view with its
+note (nothing lost; the fold is adopted on a later call). Every fold in this mode, in the
+background or inline, makes ONE summarizer attempt: a failing provider costs a turn at most one
+attempt, and later attempts follow the strategy's backoff (``retry_initial`` ...) on later
+turns. Jobs live in the strategy object, so a fold finished after
+a checkpoint is adopted by the next turn of the same thread in this process; another process
+simply folds again. ``flush()`` / ``aflush()`` wait for the running jobs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import copy
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -110,6 +128,10 @@ class Strategy(ABC):
     clock: Callable[[], float] = staticmethod(time.time)
     #: the strategy keeps memory outside its state: its ``_plan`` takes ``key=`` (``Retrieval``)
     uses_key: bool = False
+    #: background compaction is on (``prefetch_tokens``): inline folds make one attempt
+    folds_in_background: bool = False
+    #: how long a call that must fold waits for a running background fold (None: until done)
+    fold_wait: float | None = None
 
     @abstractmethod
     def _plan(
@@ -242,6 +264,45 @@ class Strategy(ABC):
             self._notify(before, result, messages)
         return result
 
+    # -- background folds -------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every background fold of this strategy has finished (at most ``timeout``
+        seconds); their results are adopted by the next call of their conversation. Returns how
+        many are still running (0 when all finished)."""
+        running = [job.future for job in _jobs_of(self).all()]
+        _, pending = concurrent.futures.wait(running, timeout=timeout)
+        return len(pending)
+
+    async def aflush(self, timeout: float | None = None) -> int:
+        """Async :meth:`flush`: awaits the background folds without blocking the event loop."""
+        running = [asyncio.wrap_future(job.future) for job in _jobs_of(self).all()]
+        if not running:
+            return 0
+        _, pending = await asyncio.wait(running, timeout=timeout)
+        return len(pending)
+
+    def _inline_summarizer(self) -> Summarizer:
+        """The summarizer of a fold: in background mode it makes one attempt (a call that
+        waits for a fold, inline or running in the background, waits for one attempt at most;
+        later attempts follow the strategy's backoff, on later calls)."""
+        summarizer = self._summarizer()
+        return _one_attempt(summarizer) if self.folds_in_background else summarizer
+
+    def _background(self, request: FoldRequest, asynchronous: bool = False) -> FoldOutcome | _Job:
+        """A background request's answer (start the fold, or adopt it once finished), or, for
+        a fold due now, the running job to wait for. ``asynchronous``: started as a task of the
+        running event loop (``aapply``), else in the worker pool."""
+        jobs = _jobs_of(self)
+        job = jobs.find(request)
+        if request.background:
+            if job is None:
+                jobs.start(self._inline_summarizer(), request, asynchronous)
+                return FoldDeferred()
+            return jobs.take(job) if job.future.done() else FoldDeferred()
+        assert job is not None
+        return job
+
     def _answer(self, request: Request, read_only: bool) -> Any:
         """A read-only call folds nothing and writes nothing: a fold is deferred, a write
         declined."""
@@ -260,14 +321,29 @@ class Strategy(ABC):
         return self.summarizer
 
     def _fold(self, request: FoldRequest) -> FoldOutcome:
+        if request.background or _jobs_of(self).find(request) is not None:
+            answer = self._background(request)
+            if not isinstance(answer, _Job):
+                return answer
+            done, _ = concurrent.futures.wait([answer.future], timeout=self.fold_wait)
+            return _jobs_of(self).take(answer) if done else FoldDeferred()
         try:
-            return Folded(self._summarizer().fold(request.previous, request.messages))
+            return Folded(self._inline_summarizer().fold(request.previous, request.messages))
         except Exception as error:  # any failure: the plan keeps everything unfolded
             return _failed(error)
 
     async def _afold(self, request: FoldRequest) -> FoldOutcome:
+        if request.background or _jobs_of(self).find(request) is not None:
+            answer = self._background(request, asynchronous=True)
+            if not isinstance(answer, _Job):
+                return answer
+            # asyncio.wait never cancels what it waits for: the job goes on after a timeout
+            waited = asyncio.wrap_future(answer.future)
+            done, _ = await asyncio.wait([waited], timeout=self.fold_wait)
+            return _jobs_of(self).take(answer) if done else FoldDeferred()
         try:
-            return Folded(await self._summarizer().afold(request.previous, request.messages))
+            summarizer = self._inline_summarizer()
+            return Folded(await summarizer.afold(request.previous, request.messages))
         except Exception as error:  # any failure: the plan keeps everything unfolded
             return _failed(error)
 
@@ -294,6 +370,108 @@ class Strategy(ABC):
                 callback(*args)
             except Exception:
                 logger.exception("langmem_ext: a %s callback raised; ignored", type(self).__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A fold running (or finished) in the background: its input and its future."""
+
+    previous: dict[str, str]
+    messages: tuple[BaseMessage, ...]
+    future: concurrent.futures.Future[dict[str, str]]
+
+    def begins(self, request: FoldRequest) -> bool:
+        """Whether this fold's input is the start of ``request``'s: the same summary, and its
+        messages the oldest of the request's (so adopting it folds exactly those), and, for a
+        fold due now, enough of them (``least``: adopting fewer would leave messages hidden)."""
+        n = len(self.messages)
+        return (
+            0 < n <= len(request.messages)
+            and (request.background or n >= request.least)
+            and self.previous == dict(request.previous)
+            and all(a == b for a, b in zip(self.messages, request.messages[:n], strict=True))
+        )
+
+
+#: background folds run here (shared by every strategy of the process; threads start lazily)
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="langmem_ext-fold")
+#: jobs kept per strategy: a conversation that moved on leaves its job unmatched; the oldest go
+_MAX_JOBS = 64
+
+
+class _Jobs:
+    """A strategy's background folds. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: list[_Job] = []
+
+    def all(self) -> list[_Job]:
+        with self._lock:
+            return list(self._jobs)
+
+    def find(self, request: FoldRequest) -> _Job | None:
+        """The job whose input leads ``request``'s (the newest such)."""
+        with self._lock:
+            jobs = list(self._jobs)
+        return next((job for job in reversed(jobs) if job.begins(request)), None)
+
+    def start(
+        self, summarizer: Summarizer, request: FoldRequest, asynchronous: bool = False
+    ) -> _Job:
+        """Run the fold in the worker pool: ``fold``, or for ``aapply`` ``afold`` on an event
+        loop of the worker's own (a summarizer model that is only async works, and the fold
+        outlives the caller's loop, e.g. one ``asyncio.run`` per call)."""
+        previous, messages = dict(request.previous), tuple(request.messages)
+        if asynchronous:
+            future = _POOL.submit(_run_afold, summarizer, previous, messages)
+        else:
+            future = _POOL.submit(summarizer.fold, previous, messages)
+        job = _Job(previous, messages, future)
+        with self._lock:
+            self._jobs.append(job)
+            del self._jobs[:-_MAX_JOBS]
+        return job
+
+    def take(self, job: _Job) -> FoldOutcome:
+        """A finished job's outcome, for adoption (the job is forgotten: adopted once)."""
+        with self._lock:
+            if job in self._jobs:
+                self._jobs.remove(job)
+        error = job.future.exception()
+        if error is not None:
+            return _failed(error) if isinstance(error, Exception) else FoldFailed(error)
+        return Folded(job.future.result(), covers=len(job.messages))
+
+
+_JOBS_LOCK = threading.Lock()
+
+
+def _jobs_of(strategy: Strategy) -> _Jobs:
+    jobs: _Jobs | None = strategy.__dict__.get("_langmem_jobs")
+    if jobs is None:
+        with _JOBS_LOCK:
+            jobs = strategy.__dict__.setdefault("_langmem_jobs", _Jobs())
+    return jobs
+
+
+def _run_afold(
+    summarizer: Summarizer, previous: dict[str, str], messages: tuple[BaseMessage, ...]
+) -> dict[str, str]:
+    return asyncio.run(summarizer.afold(previous, messages))
+
+
+def _one_attempt(summarizer: Summarizer) -> Summarizer:
+    """``summarizer`` (and its fallback) making one attempt per model call."""
+    if summarizer.max_attempts == 1 and (
+        summarizer.fallback is None or summarizer.fallback.max_attempts == 1
+    ):
+        return summarizer
+    copied = copy.copy(summarizer)
+    copied.max_attempts = 1
+    if summarizer.fallback is not None:
+        copied.fallback = _one_attempt(summarizer.fallback)
+    return copied
 
 
 def _failed(error: Exception) -> FoldFailed:

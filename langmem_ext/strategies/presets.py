@@ -17,6 +17,7 @@ to each class's docstring) and resolved once (``_Summarizing._setup``).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -303,6 +304,8 @@ class _Summarizing(Strategy):
         clock: Callable[[], float] | None,
         max_messages: int | None,
         keep_messages: int | None,
+        prefetch_tokens: int | None,
+        fold_wait: float | None,
         **fold: Any,
     ) -> None:
         """Resolve the counter and summarizer, then build the fold config from ``fold``.
@@ -359,7 +362,11 @@ class _Summarizing(Strategy):
                 f"({max_summary_tokens:,}), or a fold could never make room: raise target_tokens "
                 "or lower max_summary_tokens"
             )
-        self.config = FoldConfig(max_summary_tokens=max_summary_tokens, **fold)
+        self.config = FoldConfig(
+            max_summary_tokens=max_summary_tokens, prefetch_tokens=prefetch_tokens, **fold
+        )
+        self.folds_in_background = prefetch_tokens is not None
+        self.fold_wait = _checked_wait(fold_wait)
 
     def __repr__(self) -> str:
         c = self.config
@@ -372,6 +379,20 @@ class _Summarizing(Strategy):
         self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
     ) -> Plan:
         return plan_fold(messages, state, _reserving(self.config, extra), self.counter, now)
+
+
+def _checked_wait(fold_wait: float | None) -> float | None:
+    if fold_wait is not None and not (
+        isinstance(fold_wait, (int, float))
+        and not isinstance(fold_wait, bool)
+        and math.isfinite(fold_wait)
+        and fold_wait >= 0
+    ):
+        raise ValueError(
+            f"fold_wait must be a finite number of seconds >= 0 or None, got {fold_wait!r} "
+            "(how long a call that must fold waits for the background fold)"
+        )
+    return fold_wait
 
 
 def _message_triggers(
@@ -417,6 +438,18 @@ _SUMMARIZING_ARGS_DOC = """
             passed first fires, and ``report.trigger`` says which (``"tokens"`` or
             ``"messages"``).
         degrade_after, retry_initial, retry_max: the failure policy below.
+        prefetch_tokens: background compaction. When the view passes this level (between
+            ``target_tokens`` and the fold trigger), the fold starts in a worker thread and the
+            call returns at once; a later call adopts the finished fold, so the call that
+            crosses the trigger usually finds it done instead of waiting for the model. Every
+            fold in this mode makes one summarizer attempt (the Summarizer's ``max_attempts``
+            is not used): a failing model costs a call one attempt at most, and later attempts
+            follow the backoff below, on later calls. None (default): folds run inside the
+            crossing call, with the Summarizer's retries.
+            ``flush()`` / ``aflush()`` wait for the running folds.
+        fold_wait: with ``prefetch_tokens``, how long the crossing call waits for a running
+            background fold before showing the degraded view (nothing is lost: the fold is
+            adopted by a later call); None (default): until it finishes.
         on_summary_updated, on_health_changed, on_turn_added: callbacks, see below.
         clock: where ``now`` comes from (``time.time`` by default; replace it in tests).
 """
@@ -489,6 +522,8 @@ class SummaryBuffer(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         on_turn_added: TurnCallback | None = None,
         clock: Callable[[], float] | None = None,
+        prefetch_tokens: int | None = None,
+        fold_wait: float | None = None,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
         self._setup(
@@ -499,6 +534,8 @@ class SummaryBuffer(_Summarizing):
             on_health_changed=on_health_changed,
             on_turn_added=on_turn_added,
             clock=clock,
+            prefetch_tokens=prefetch_tokens,
+            fold_wait=fold_wait,
             max_messages=max_messages,
             keep_messages=keep_messages,
             max_tokens=max_tokens,
@@ -556,6 +593,8 @@ class Compacting(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         on_turn_added: TurnCallback | None = None,
         clock: Callable[[], float] | None = None,
+        prefetch_tokens: int | None = None,
+        fold_wait: float | None = None,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
         if not 0 < summary_ratio < target_ratio <= 1:
@@ -570,6 +609,8 @@ class Compacting(_Summarizing):
             on_health_changed=on_health_changed,
             on_turn_added=on_turn_added,
             clock=clock,
+            prefetch_tokens=prefetch_tokens,
+            fold_wait=fold_wait,
             max_messages=max_messages,
             keep_messages=keep_messages,
             max_tokens=max_tokens,
@@ -643,6 +684,8 @@ class TieredSummary(_Summarizing):
         on_health_changed: HealthCallback | None = None,
         on_turn_added: TurnCallback | None = None,
         clock: Callable[[], float] | None = None,
+        prefetch_tokens: int | None = None,
+        fold_wait: float | None = None,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
         if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
@@ -658,6 +701,8 @@ class TieredSummary(_Summarizing):
             on_health_changed=on_health_changed,
             on_turn_added=on_turn_added,
             clock=clock,
+            prefetch_tokens=prefetch_tokens,
+            fold_wait=fold_wait,
             max_messages=max_messages,
             keep_messages=keep_messages,
             max_tokens=max_tokens,

@@ -11,9 +11,11 @@
    chained over the history before it), so two turns that both say "continue" are two items, and
    writing the same turn again is idempotent;
 3. the newest human message (plus, with ``query_messages=n``, the ``n`` messages before it) is the
-   query: the store's dense index, an in-process BM25 index, and any knowledge ``sources`` are
-   searched (sources concurrently, each under ``source_timeout``), fused by reciprocal rank,
-   deduplicated by content and capped;
+   query, when it may need the past (``gate``): an in-process vector index
+   (:class:`~langmem_ext.core.vectors.VectorIndex`, over the vectors stored with each turn; or
+   the store's own dense search with ``dense_index="store"``), an in-process BM25 index, and any
+   knowledge ``sources`` (searched for every query, concurrently, each under
+   ``source_timeout``) are fused by reciprocal rank, deduplicated by content and capped;
 4. the best results that are not already in the view go into ONE clearly marked context message,
    placed just before the newest human message (late, so the cached prompt prefix stays the
    same), within ``max_retrieved_tokens``. Turns are stored as text: a tool call and its results
@@ -38,9 +40,14 @@ turns from the last number it saw), or reloads a thread whose numbering went bac
 written after the turns they announce and never read-modified-written, so concurrent writers
 cannot hide each other's turns; an index that saw a mark has seen everything written before it.
 
-Costs: one embedding per evicted turn (written once), one query embedding per turn, a store search
-and a BM25 lookup (in process, O(postings of the query's terms)), one mark read per query, and two
-small mark writes per turn that evicts something.
+A mark lists the keys of the turns its write made (up to 64): a reader whose index reaches back
+to that write's first turn fetches exactly those (O(turns written)) instead of scanning the
+thread; otherwise it scans from the last number it saw.
+
+Costs: one embedding per message of an evicted turn (written once, stored with the turn, so a
+fresh process loads it instead of embedding again), one query embedding per searched turn, a
+vector search and a BM25 lookup (in process: O(rows) in numpy, O(postings of the query's terms)),
+one mark read per query, and two small mark writes per turn that evicts something.
 
 One flow. ``Retrieval`` is a strategy like the others: its plan runs the inner strategy's plan
 (whose fold requests pass through it unchanged), then asks for its I/O as requests the drivers
@@ -54,6 +61,7 @@ drivers run this plan like any other (:class:`~langmem_ext.strategies.engine.IoR
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import hashlib
 import math
@@ -66,19 +74,22 @@ from collections.abc import Callable, Collection, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, cast
 
+import numpy as np
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
-from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, SearchOp
+from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, SearchOp
 
 from langmem_ext.core._fences import neutralize
 from langmem_ext.core._identity import fingerprint, key_at, keys_between
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import is_system
-from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion, tokenize
+from langmem_ext.core.ranking import STOP_WORDS, BM25Index, reciprocal_rank_fusion, tokenize
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.vectors import VectorIndex
 from langmem_ext.strategies.engine import DECLINED, IoRequest, Plan, Request, Strategy
 
 __all__ = [
@@ -86,16 +97,24 @@ __all__ = [
     "FACT_SECTIONS",
     "RETRIEVED_ID",
     "RRF_K",
+    "DenseIndex",
+    "Gate",
     "Ranking",
     "Retrieval",
     "RetrievalConfig",
     "Scope",
+    "asks_about_the_past",
     "render_turn",
+    "stored_vectors",
 ]
 
 #: the id of the context message Retrieval places in the view
 RETRIEVED_ID = "langmem_ext:retrieved"
 Ranking = Literal["dense", "bm25", "hybrid"]
+#: when the memory index is searched: ``"auto"`` (the question refers to the past, see
+#: :func:`asks_about_the_past`), ``"always"``, or a function of the query
+Gate = Literal["auto", "always"] | Callable[[str], bool]
+DenseIndex = Literal["local", "store"]
 Scope = Literal["thread", "user"]
 Source = BaseRetriever | VectorStore
 #: Retrieval's fusion defaults (see ``rrf_k`` / ``dense_weight``)
@@ -125,20 +144,45 @@ _MARKS = "turn_marks"
 #: it can never be a thread's key
 _USER_MARK = "*"
 _PAGE = 500
+#: the page size of a whole-index load (few pages: a store pages by OFFSET, so small pages
+#: make loading quadratic)
+_LOAD_PAGE = 10_000
+#: the store classes whose own vector search scales (an ANN index in the database): their
+#: dense ranking stays in the store by default (``dense_index="store"``)
+_ANN_STORES = frozenset({"PostgresStore", "AsyncPostgresStore"})
 _OPEN, _CLOSE = "<retrieved_context>", "</retrieved_context>"
 _HEADER = (
     "Retrieved for the latest message: earlier parts of this conversation that are no longer "
     "shown, and reference material. They may be incomplete or out of date."
 )
 _SPACE = re.compile(r"\s+")
+#: ``gate="auto"``: what makes a question one about the past (English): the speaker or the
+#: conversation referred to (first person, "did you say", memory words)
+_PERSONAL = re.compile(
+    r"\b(?:i|me|my|mine|myself|we|us|our|ours|ourselves|i['’](?:m|ve|d|ll)"
+    r"|remember|remind|recall|mention(?:ed)?|told|earlier|previously|again|last time"
+    r"|(?:did|have|had) you|you (?:said|suggested|recommended|mentioned|told|gave|wrote))\b",
+    re.IGNORECASE,
+)
+#: a capitalised word that does not start a sentence: a name, to be looked up in the memory
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'’-]*")
+#: a dense similarity this high is a match whatever the wording (bench/retrieval.py: small talk
+#: after the CRI thread scores at most 0.58, planted facts' questions up to 0.86)
+_STRONG = 0.6
 
 _T = TypeVar("_T")
 _Y = TypeVar("_Y")
 _S = TypeVar("_S")
-#: a sans-I/O step of the index: yields batches of store operations, receives their results
-_Io = Generator[list[Op], list[Result], _T]
-#: what a thread mark says: (token of the last write, the next turn number)
-_Mark = tuple[str, int]
+#: a sans-I/O flow of the index: yields batches of store operations (receiving their results)
+#: and embedding steps (receiving the vectors)
+_Io = Generator[Any, Any, _T]
+#: what a write's mark names besides: (the first turn number it wrote, the keys it wrote), when
+#: it wrote few enough turns to list them (a reader then fetches exactly those)
+_Written = tuple[int, tuple[str, ...]]
+#: what a thread mark says: (token of the last write, the next turn number, what it wrote)
+_Mark = tuple[str, int, _Written | None]
+#: a write lists its turns' keys in its mark up to this many
+_LISTED = 64
 
 
 #: Retrieval's plan: the inner plan's fold requests and its own I/O requests
@@ -157,25 +201,56 @@ def _send(flow: Generator[_Y, _S, _T], value: _S | None) -> tuple[_Y | None, _T 
 # -- the requests Retrieval's plan makes ---------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Embed:
+    """A step of an index flow: embed ``texts`` (documents, or one ``query``)."""
+
+    texts: tuple[str, ...]
+    query: bool = False
+
+
 @dataclass(frozen=True)
 class _StoreFlow(IoRequest, Generic[_T]):
-    """Run ``flow`` (a sans-I/O generator of store operations) with ``batch`` / ``abatch``."""
+    """Run ``flow`` (a sans-I/O generator of store operations, and of :class:`_Embed` steps
+    answered by ``embeddings``) with ``batch`` / ``abatch``."""
 
     store: BaseStore
     flow: _Io[_T]
     writes: bool = False
+    embeddings: Embeddings | None = None
 
     def run(self) -> _T:
-        ops, result = _send(self.flow, None)
-        while ops is not None:
-            ops, result = _send(self.flow, self.store.batch(ops))
+        step, result = _send(self.flow, None)
+        while step is not None:
+            if isinstance(step, _Embed):
+                answer: Any = (
+                    self._embedder().embed_query(step.texts[0])
+                    if step.query
+                    else (self._embedder().embed_documents(list(step.texts)))
+                )
+            else:
+                answer = self.store.batch(step)
+            step, result = _send(self.flow, answer)
         return cast(_T, result)
 
     async def arun(self) -> _T:
-        ops, result = _send(self.flow, None)
-        while ops is not None:
-            ops, result = _send(self.flow, await self.store.abatch(ops))
+        step, result = _send(self.flow, None)
+        while step is not None:
+            if isinstance(step, _Embed):
+                embedder = self._embedder()
+                answer: Any = (
+                    await embedder.aembed_query(step.texts[0])
+                    if step.query
+                    else await embedder.aembed_documents(list(step.texts))
+                )
+            else:
+                answer = await self.store.abatch(step)
+            step, result = _send(self.flow, answer)
         return cast(_T, result)
+
+    def _embedder(self) -> Embeddings:
+        assert self.embeddings is not None, "an index flow asked to embed without embeddings"
+        return self.embeddings
 
 
 class _TimedOut:
@@ -249,6 +324,29 @@ class _Together(IoRequest):
 
 
 # -- turns as text ---------------------------------------------------------------------------------
+
+
+def asks_about_the_past(query: str, known: Callable[[str], bool] | None = None) -> bool:
+    """``gate="auto"``'s reading of a question (English): whether it may need the conversation's
+    past. True when it refers to the speaker or the conversation (I, my, we, "did you say",
+    "remember", "earlier", ...), or names something the memory holds (a capitalised word for
+    which ``known(token)`` is true; every name counts without ``known``). A query with no
+    English function word at all is not read (True: searched as always).
+
+    >>> asks_about_the_past("what is the capital of Australia?", known=lambda w: False)
+    False
+    >>> asks_about_the_past("Where did I park the car?")
+    True
+    >>> asks_about_the_past("Who is Elena?", known=lambda w: w == "elena")
+    True
+    """
+    words = re.findall(r"\w+", query.lower())
+    if not any(w in STOP_WORDS for w in words):
+        return True  # not English (or no sentence): no reading, no gate
+    if _PERSONAL.search(query):
+        return True
+    names = [n.lower() for n in _NAME.findall(query.strip())]
+    return any(known is None or any(known(t) for t in tokenize(n)) for n in names)
 
 
 def _text(message: BaseMessage) -> str:
@@ -326,11 +424,32 @@ def _turn_groups(messages: Sequence[BaseMessage], start: int, stop: int) -> list
     return groups
 
 
-def _embedded(op: PutOp) -> set[str]:
-    """The texts a turn write embeds: its messages (``parts``), or its text (older writes)."""
+def _parts_of(op: PutOp) -> list[str]:
+    """The texts a turn write embeds, one vector each: its messages (``parts``), or its text
+    (older writes)."""
     value = op.value or {}
     parts = value.get("parts")
-    return {str(p) for p in parts} if parts else {str(value.get("text", ""))}
+    return [str(p) for p in parts] if parts else [str(value.get("text", ""))]
+
+
+def _with_vectors(ops: Sequence[PutOp]) -> _Io[list[PutOp]]:
+    """``ops`` with the vectors of their messages stored in their values (each distinct text
+    embedded once, in one step)."""
+    texts = tuple(dict.fromkeys(p for op in ops for p in _parts_of(op)))
+    vectors = dict(zip(texts, (yield _Embed(texts)), strict=True))
+    return [
+        op._replace(
+            value={
+                **(op.value or {}),
+                "vectors": _encode_vectors([vectors[p] for p in _parts_of(op)]),
+            }
+        )
+        for op in ops
+    ]
+
+
+def _embedded(op: PutOp) -> set[str]:
+    return set(_parts_of(op))
 
 
 def _distinct_texts(ops: Sequence[PutOp]) -> list[list[PutOp]]:
@@ -431,8 +550,12 @@ def _mark_of(item: Item | None) -> _Mark | None:
         return None
     token, following = item.value.get("token"), item.value.get("next")
     if not isinstance(token, str) or not isinstance(following, int) or following < 0:
-        return (f"foreign:{item.value!r}", 0)
-    return (token, following)
+        return (f"foreign:{item.value!r}", 0, None)
+    first, keys = item.value.get("first"), item.value.get("keys")
+    written: _Written | None = None
+    if isinstance(first, int) and isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+        written = (first, tuple(keys))
+    return (token, following, written)
 
 
 def _order(seq: int) -> str:
@@ -485,13 +608,46 @@ def _check_store(store: object) -> None:
         )
 
 
-def _check_index(store: BaseStore, ranking: Ranking) -> None:
-    if ranking != "bm25" and not _has_index(store):
+def _check_index(store: BaseStore, ranking: Ranking, embeddings: object) -> None:
+    if ranking != "bm25" and not _has_index(store) and embeddings is None:
         raise ValueError(
-            f"ranking={ranking!r} needs a store with a vector index, e.g. "
+            f"ranking={ranking!r} needs embeddings: pass embeddings= (any LangChain "
+            "Embeddings), or a store with a vector index, e.g. "
             "InMemoryStore(index={'dims': 384, 'embed': embeddings}); this store has none "
-            "(use ranking='bm25')"
+            "(or use ranking='bm25')"
         )
+    if embeddings is not None and not isinstance(embeddings, Embeddings):
+        raise TypeError(
+            f"Retrieval: embeddings must be a LangChain Embeddings, got {type(embeddings).__name__}"
+        )
+
+
+def _dense_index(
+    store: BaseStore, ranking: Ranking, given: object, embeddings: Embeddings | None
+) -> tuple[DenseIndex, Embeddings | None]:
+    """Where the dense ranking runs, and the embeddings a local index uses: ``"store"`` keeps
+    it in a store whose search scales (PostgreSQL with pgvector), ``"local"`` everywhere else
+    (an in-process :class:`~langmem_ext.core.vectors.VectorIndex`, embedding with ``embeddings``
+    or the store's own model)."""
+    if given is None:
+        ann = type(store).__name__ in _ANN_STORES and _has_index(store) and embeddings is None
+        given = "store" if ann else "local"
+    if given not in ("local", "store"):
+        raise ValueError(f"Retrieval: dense_index must be 'local' or 'store', got {given!r}")
+    if given == "store":
+        if embeddings is not None:
+            raise ValueError(
+                "Retrieval: dense_index='store' searches with the store's own embeddings; "
+                "drop embeddings= or use dense_index='local'"
+            )
+        if ranking != "bm25" and not _has_index(store):
+            raise ValueError(
+                "Retrieval: dense_index='store' needs a store with a vector index (index=...)"
+            )
+        return "store", None
+    if ranking == "bm25":
+        return "local", None
+    return "local", embeddings if embeddings is not None else getattr(store, "embeddings", None)
 
 
 _BUDGET_WHY = "it is what the retrieved-context message may cost"
@@ -563,6 +719,7 @@ class RetrievalConfig:
     k: int | None = None
     max_retrieved_tokens: int = 600
     min_query_length: int = 3
+    gate: Gate = "auto"
     sources: Sequence[Source] = ()
     scope: Scope = "thread"
     ranking: Ranking = "bm25"
@@ -641,6 +798,11 @@ class RetrievalConfig:
             raise TypeError(f"Retrieval: compact must be a bool, got {type(self.compact).__name__}")
 
     def _check_choices(self) -> None:
+        if not callable(self.gate) and self.gate not in ("auto", "always"):
+            raise ValueError(
+                f"Retrieval: gate must be 'auto', 'always' or a function of the query, got "
+                f"{self.gate!r}"
+            )
         if self.scope not in ("thread", "user"):
             raise ValueError(f"Retrieval: scope must be 'thread' or 'user', got {self.scope!r}")
         if self.ranking not in ("dense", "bm25", "hybrid"):
@@ -711,22 +873,82 @@ class _Candidate:
     score: float | None = None
 
 
-class _Lexical:
-    """The BM25 index of one namespace prefix, the values it was built from, and the marks it
-    has caught up with (see the module notes)."""
+def _encode_vectors(vectors: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """A turn's vectors as stored with it: normalised (cosine is all that is used, and a unit
+    vector fits float16 whatever the model's scale), float16, base64 (2 bytes a dimension;
+    cosine ranking does not notice the rounding), so a fresh process loads them instead of
+    embedding again."""
+    rows = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    unit = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0).astype("<f2")
+    return {"dims": int(unit.shape[1]), "f16": base64.b64encode(unit.tobytes()).decode("ascii")}
 
-    def __init__(self) -> None:
+
+def stored_vectors(stored: object) -> np.ndarray[Any, Any] | None:
+    """The vectors stored with a turn (``item.value["vectors"]``: one row per message, float16
+    in the store), as float32 rows; None when absent or unreadable. What the local dense index
+    searches, for recomputing its scores. Takes the item's value or its ``"vectors"``."""
+    if isinstance(stored, dict) and "vectors" in stored:
+        stored = stored["vectors"]
+    if not isinstance(stored, dict):
+        return None
+    dims, data = stored.get("dims"), stored.get("f16")
+    if not isinstance(dims, int) or dims < 1 or not isinstance(data, str):
+        return None
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        return None
+    if not raw or len(raw) % (2 * dims):
+        return None
+    return np.frombuffer(raw, dtype="<f2").reshape(-1, dims).astype(np.float32)
+
+
+class _Lexical:
+    """The in-process indexes of one namespace prefix: BM25 over the turns' text and (with a
+    local dense index) their vectors, the values they were built from (without the vectors),
+    and the marks they have caught up with (see the module notes)."""
+
+    def __init__(self, dense: bool) -> None:
         self.index = BM25Index()
+        self.vectors = VectorIndex() if dense else None
         self.values: dict[str, dict[str, Any]] = {}
         #: thread label -> the mark of that thread as last read (everything before it is in)
         self.marks: dict[str, _Mark] = {}
         #: (scope="user") the user's mark as last read
         self.user_token: str | None = None
 
-    def add(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> None:
+    def add(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> bool:
+        """Index one stored turn; False when the dense index needs its vectors and the value
+        carries none (a turn written before vectors were stored with it)."""
         uid = "/".join((*namespace, key))
-        self.values[uid] = value
+        self.values[uid] = {k: v for k, v in value.items() if k != "vectors"}
         self.index.add(uid, str(value.get("text", "")))
+        if self.vectors is None:
+            return True
+        rows = stored_vectors(value.get("vectors"))
+        if rows is None:
+            return False
+        self.vectors.add(uid, rows)
+        return True
+
+    def add_many(self, items: Sequence[Item]) -> list[Item]:
+        """``add`` for a page of stored turns at once (bulk BM25 and vector inserts); the items
+        the dense index needs vectors for and that carry none."""
+        uids = ["/".join((*it.namespace, it.key)) for it in items]
+        for uid, it in zip(uids, items, strict=True):
+            self.values[uid] = {k: v for k, v in it.value.items() if k != "vectors"}
+        pairs = list(zip(uids, items, strict=True))
+        self.index.add_many((uid, str(it.value.get("text", ""))) for uid, it in pairs)
+        if self.vectors is None:
+            return []
+        rows = [(uid, stored_vectors(it.value.get("vectors"))) for uid, it in pairs]
+        self.vectors.add_many((uid, r) for uid, r in rows if r is not None)
+        return [it for it, (_, r) in zip(items, rows, strict=True) if r is None]
+
+    def add_vectors(self, uid: str, vectors: Sequence[Sequence[float]]) -> None:
+        if self.vectors is not None:
+            self.vectors.add(uid, vectors)
 
 
 class _Indexing(NamedTuple):
@@ -752,8 +974,9 @@ class Retrieval(Strategy):
         inner: any other strategy (TokenBudget, SummaryBuffer, ...). Its budget is the budget of
             the whole request; ``max_retrieved_tokens`` of it is held back for the retrieved
             context.
-        store: a LangGraph ``BaseStore``. With an ``index`` (``{"dims", "embed"}``, any LangChain
-            ``Embeddings``) dense and hybrid ranking are available; without one, BM25 only.
+        store: a LangGraph ``BaseStore``: where the turns are kept (the source of truth). With
+            an ``index`` (``{"dims", "embed"}``, any LangChain ``Embeddings``) or
+            ``embeddings=``, dense and hybrid ranking are available; without either, BM25 only.
         k: at most this many evicted turns per view; None (the default): as many as fit
             ``max_retrieved_tokens``, best first.
         max_retrieved_tokens: what the context message may cost (counted with the inner
@@ -763,6 +986,15 @@ class Retrieval(Strategy):
         max_tokens: deprecated alias of ``max_retrieved_tokens`` (the inner strategy's
             ``max_tokens`` is the budget of the whole request: one name for two budgets misled).
         min_query_length: a newest human message with fewer words is not searched for.
+        gate: when the memory (evicted turns and facts) is searched. ``"auto"`` (default):
+            when the question may need the past: it refers to the speaker or the conversation
+            ("my", "I", "we", "did you say", "remember", "again", ...), names something the
+            memory holds, or an evicted turn matches it strongly (dense similarity >= 0.6);
+            small talk and general-knowledge requests ("what is the capital of Australia?")
+            add 0 tokens
+            (:func:`asks_about_the_past`; a query with no English function word is always
+            searched). ``"always"``: every query. A function ``(query) -> bool``: yours.
+            Knowledge ``sources`` are searched regardless.
         sources: knowledge sources: any ``BaseRetriever`` or ``VectorStore``, searched
             concurrently with the memory index; a failing or slow one is reported, never fatal.
         scope: ``"thread"`` (this conversation only) or ``"user"`` (all of the user's threads).
@@ -809,6 +1041,15 @@ class Retrieval(Strategy):
             small talk up to 0.58 (bench/retrieval.py), so no single value separates them. No
             effect with BM25-only ranking.
 
+        embeddings: the embedding model of the dense ranking (default: the store index's).
+        dense_index: where the dense ranking runs. ``"local"`` (the default, except for
+            ``PostgresStore``): Retrieval embeds each turn once, stores its vectors with it
+            (float16, so a restart never embeds again) and searches an in-process
+            :class:`~langmem_ext.core.vectors.VectorIndex` (about 2 ms at 16k turns and 8 ms at
+            100k, where ``InMemoryStore``'s own search takes 344 ms at 10k). ``"store"``: the
+            store embeds and searches (``PostgresStore`` with pgvector: its HNSW index scales
+            past one process's memory). The store stays the source of truth either way.
+
     Every parameter is checked here (:class:`RetrievalConfig`, kept as ``config``), with an
     error that names it: a bad value never waits for the first turn.
     """
@@ -823,6 +1064,7 @@ class Retrieval(Strategy):
         k: int | None = None,
         max_retrieved_tokens: int | None = None,
         min_query_length: int = 3,
+        gate: Gate = "auto",
         sources: Sequence[Source] = (),
         scope: Scope = "thread",
         ranking: Ranking | None = None,
@@ -838,18 +1080,22 @@ class Retrieval(Strategy):
         dense_weight: float = DENSE_WEIGHT,
         compact: bool = True,
         min_score: float | None = None,
+        embeddings: Embeddings | None = None,
+        dense_index: DenseIndex | None = None,
         max_tokens: int | None = None,
     ) -> None:
         _check_inner(inner)
         _check_store(store)
+        can_embed = _has_index(store) or embeddings is not None
         budget, budget_name = _retrieved_budget(max_retrieved_tokens, max_tokens, inner)
         self.config = RetrievalConfig(
             k=k,
             max_retrieved_tokens=budget,
             min_query_length=min_query_length,
+            gate=gate,
             sources=sources,
             scope=scope,
-            ranking=ranking or ("hybrid" if _has_index(store) else "bm25"),
+            ranking=ranking or ("hybrid" if can_embed else "bm25"),
             neighbors=neighbors,
             query_messages=query_messages,
             key=key,
@@ -863,17 +1109,34 @@ class Retrieval(Strategy):
             compact=compact,
             min_score=min_score,
         )
-        _check_index(store, self.config.ranking)
+        _check_index(store, self.config.ranking, embeddings)
+        #: where the dense ranking runs (``"local"`` or ``"store"``, see ``dense_index``)
+        self.dense_index, self._embeddings = _dense_index(
+            store, self.config.ranking, dense_index, embeddings
+        )
+        if self.dense_index == "local" and self.config.ranking != "bm25" and not self._embeddings:
+            raise ValueError(
+                "Retrieval: dense_index='local' needs embeddings: pass embeddings=, or a store "
+                "whose index has an embedding model"
+            )
         _check_room(inner, budget_name, budget)
         self.inner = inner
         self.store = store
         self.counter = inner.counter
         self.summarizer = inner.summarizer
+        # the inner plan's folds are run by this strategy's driver: its background settings
+        self.folds_in_background = inner.folds_in_background
+        self.fold_wait = inner.fold_wait
         self._clock: Callable[[], float] | None = None
         ttl = store.ttl_config
         self._refresh_ttl = bool(ttl.get("refresh_on_read", True)) if ttl else True
         self._lexicals: OrderedDict[tuple[str, ...], _Lexical] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def _local(self) -> bool:
+        """Whether the dense ranking runs in process (vectors embedded here, kept with turns)."""
+        return self._embeddings is not None
 
     @property
     def max_retrieved_tokens(self) -> int:
@@ -904,7 +1167,7 @@ class Retrieval(Strategy):
         return (
             f"Retrieval({self.inner!r}, k={c.k}, "
             f"max_retrieved_tokens={c.max_retrieved_tokens}, ranking={c.ranking!r}, "
-            f"scope={c.scope!r}, sources={len(c.sources)})"
+            f"scope={c.scope!r}, dense_index={self.dense_index!r}, sources={len(c.sources)})"
         )
 
     # -- the plan ---------------------------------------------------------------------------------
@@ -931,15 +1194,17 @@ class Retrieval(Strategy):
         if in_summary and inner.state.summary != state.summary:  # a fold: new facts, maybe
             facts = self._fact_writes(_summary_facts(state), in_summary, who, now)
             if facts:  # remember each (a read-only view declines)
-                yield _StoreFlow(self.store, self._facts_io(facts), writes=True)
+                yield _StoreFlow(self.store, self._facts_io(facts), True, self._embeddings)
         query = self._query(messages)
         if query is None:
             return self._compose(inner, after, [], (), count)
         c = self.config
         turns, outcomes = yield _Together(
-            _StoreFlow(self.store, self._turns_io(query, who)),
+            _StoreFlow(self.store, self._turns_io(query, who), embeddings=self._embeddings),
             _SourceSearch(c.sources, query, c.per_ranking, c.source_timeout),
         )
+        if not self._searches(query, turns, who):
+            turns = []  # small talk: nothing from the past (sources still count)
         passages, errors = self._passages(outcomes)
         # a fact the view's summary still shows is not retrieved again
         picked = self._fuse(turns, passages, indexing.shown | set(in_summary))
@@ -1047,7 +1312,9 @@ class Retrieval(Strategy):
             "thread": key.session,
             "indexed_at": now,
         }
-        return PutOp(key.namespace(_KIND), ids[0], value, index=["parts[*]"])
+        # a local dense index embeds the parts itself (``_write_io``): the store must not
+        index: list[str] | Literal[False] = False if self._local else ["parts[*]"]
+        return PutOp(key.namespace(_KIND), ids[0], value, index=index)
 
     @staticmethod
     def _watermark(
@@ -1114,13 +1381,16 @@ class Retrieval(Strategy):
                     "thread": key.session,
                     "indexed_at": now,
                 },
-                index=["parts[*]"],
+                index=False if self._local else ["parts[*]"],
             )
             for fact, (section, line) in after.items()
             if fact not in before
         ]
 
     def _facts_io(self, ops: Sequence[PutOp]) -> _Io[None]:
+        if self._local:  # embedded here, once, and stored with the fact (like turns)
+            yield (yield from _with_vectors(ops))
+            return
         for batch in _distinct_texts(ops):
             yield list(batch)
 
@@ -1129,23 +1399,34 @@ class Retrieval(Strategy):
         read-only call declines them). Written turns join this process's BM25 indexes."""
         if not ops:
             return True
-        if (yield _StoreFlow(self.store, self._write_io(ops, key), writes=True)) is DECLINED:
+        flow = _StoreFlow(self.store, self._write_io(ops, key), True, self._embeddings)
+        written = yield flow
+        if written is DECLINED:
             return False
-        self._remember(ops)
+        self._remember(cast(list[PutOp], written))
         return True
 
-    def _write_io(self, ops: Sequence[PutOp], key: MemoryKey) -> _Io[None]:
-        """Write the turns, then the thread's mark, then the user's mark, each after the last
-        (a reader that sees a mark sees what it announces). Marks are blind writes of a fresh
-        token: no read-modify-write, so concurrent writers never undo each other."""
-        for batch in _distinct_texts(ops):
+    def _write_io(self, ops: Sequence[PutOp], key: MemoryKey) -> _Io[list[PutOp]]:
+        """Embed the turns' messages (a local dense index: each distinct text once, stored with
+        its turn), write the turns, then the thread's mark, then the user's mark, each after the
+        last (a reader that sees a mark sees what it announces). Marks are blind writes of a
+        fresh token: no read-modify-write, so concurrent writers never undo each other. Returns
+        the writes as made (with their vectors)."""
+        ops = list(ops)
+        if self._local:
+            ops = yield from _with_vectors(ops)
+        for batch in _distinct_texts(ops) if not self._local else [ops]:
             yield list(batch)
         token = uuid.uuid4().hex
-        following = max(int((op.value or {}).get("seq", 0)) for op in ops) + 1
+        numbers = [int((op.value or {}).get("seq", 0)) for op in ops]
+        following = max(numbers) + 1
         marks = key.namespace(_MARKS, scope="user")
-        thread_mark = {"token": token, "next": following, "thread": key.session}
+        thread_mark: dict[str, Any] = {"token": token, "next": following, "thread": key.session}
+        if len(ops) <= _LISTED:  # a reader fetches these by key instead of scanning the thread
+            thread_mark |= {"first": min(numbers), "keys": [op.key for op in ops]}
         yield [PutOp(marks, key.labels()[2], thread_mark, index=False)]
         yield [PutOp(marks, _USER_MARK, {"token": token}, index=False)]
+        return ops
 
     def _remember(self, ops: Iterable[PutOp]) -> None:
         """Add this process's own writes to its BM25 indexes at once (the marks they left still
@@ -1169,6 +1450,25 @@ class Retrieval(Strategy):
             before = messages[max(0, last - self.config.query_messages) : last]
             text = "\n".join([*(_text(m) for m in before), text])
         return text
+
+    def _searches(
+        self, query: str, rankings: Sequence[tuple[float, Sequence[_Candidate]]], key: MemoryKey
+    ) -> bool:
+        """Whether this query's memory results are used (``gate``)."""
+        gate = self.config.gate
+        if gate == "always":
+            return True
+        if callable(gate):
+            return bool(gate(query))
+        best = max(
+            (c.score for _, ranking in rankings for c in ranking if c.score is not None),
+            default=None,
+        )
+        if best is not None and best >= _STRONG:
+            return True
+        lexical = self._lexical_for(self._prefix(key))
+        known = None if lexical is None else (lambda term: lexical.index.frequency(term) > 0)
+        return asks_about_the_past(query, known)
 
     def _prefix(self, key: MemoryKey) -> tuple[str, ...]:
         return key.namespace(_KIND, scope="session" if self.config.scope == "thread" else "user")
@@ -1195,21 +1495,26 @@ class Retrieval(Strategy):
         marks = key.namespace(_MARKS, scope="user")
         thread = key.labels()[2]
         dense = c.ranking != "bm25"
+        local = dense and self._local  # the dense ranking runs in process
+        query_vector = (yield _Embed((query,), query=True)) if local else None
         facts_prefix = key.namespace(_FACTS, scope="session" if c.scope == "thread" else "user")
-        # the facts: few (lines of summaries); ranked by the store (dense) or here (BM25)
+        # the facts: few (lines of summaries); ranked by the store (dense), or here: by their
+        # stored vectors (a local dense index: the query is embedded once) or by BM25
+        facts_dense = dense and not local and _has_index(self.store)
         first: list[Op] = [
             SearchOp(
                 facts_prefix,
                 None,
-                c.per_ranking if dense else _PAGE,
+                c.per_ranking if facts_dense else _PAGE,
                 0,
-                query if dense else None,
+                query if facts_dense else None,
                 self._refresh_ttl,
             )
         ]
-        if dense:
+        if dense and not local:
             first.append(SearchOp(prefix, None, c.per_ranking, 0, query, self._refresh_ttl))
-        if c.ranking != "dense":
+        in_process = local or c.ranking != "dense"  # an index here, caught up by the marks
+        if in_process:
             mark_key = thread if c.scope == "thread" else _USER_MARK
             first.append(GetOp(marks, mark_key, self._refresh_ttl))
         results = yield first
@@ -1217,16 +1522,21 @@ class Retrieval(Strategy):
         found = results[0]
         assert isinstance(found, list)
         facts = [self._fact(it) for it in found if isinstance(it, Item)]
-        if not dense and facts:
+        if local and facts:
+            assert query_vector is not None
+            facts = yield from self._facts_by_vector(
+                [it for it in found if isinstance(it, Item)], query_vector, c.per_ranking
+            )
+        elif not facts_dense and facts:
             index = BM25Index()
             for fact in facts:
                 index.add(fact.uid, fact.text)
             order = {uid: n for n, (uid, _) in enumerate(index.search(query, c.per_ranking))}
             facts = sorted((f for f in facts if f.uid in order), key=lambda f: order[f.uid])
         if facts:
-            rankings.append((c.dense_weight if dense else 1.0, facts))
+            rankings.append((c.dense_weight if facts_dense or local else 1.0, facts))
         results = results[1:]
-        if dense:
+        if dense and not local:
             searched = results[0]
             assert isinstance(searched, list)
             items = [it for it in searched if isinstance(it, Item)]
@@ -1235,12 +1545,18 @@ class Retrieval(Strategy):
                 for it in items
             ]
             rankings.append((c.dense_weight, turns))
-        if c.ranking != "dense":
+        if in_process:
             mark = results[-1]
             assert mark is None or isinstance(mark, Item)
             lexical = yield from self._lexical_io(prefix, marks, thread, mark)
-            hits = lexical.index.search(query, c.per_ranking)
-            rankings.append((1.0, [self._turn(uid, lexical.values[uid]) for uid, _ in hits]))
+            if local:
+                assert lexical.vectors is not None and query_vector is not None
+                near = lexical.vectors.search(query_vector, c.per_ranking)
+                turns = [self._turn(uid, lexical.values[uid], score) for uid, score in near]
+                rankings.append((c.dense_weight, turns))
+            if c.ranking != "dense":
+                hits = lexical.index.search(query, c.per_ranking)
+                rankings.append((1.0, [self._turn(uid, lexical.values[uid]) for uid, _ in hits]))
         return rankings
 
     def _lexical_io(
@@ -1262,12 +1578,13 @@ class Retrieval(Strategy):
                 return lexical
             seen = yield from self._read_marks(marks_ns)
         if lexical is None:  # first use in this process: everything (older items too)
-            fresh = _Lexical()
+            fresh = _Lexical(self._local)
             yield from self._load(fresh, [(prefix, None)])
             fresh.marks, fresh.user_token = seen, token
             self._install(prefix, fresh)
             return fresh
-        yield from self._load(lexical, self._catch_up(prefix, lexical, seen))
+        scans, fetches = self._catch_up(prefix, lexical, seen)
+        yield from self._load(lexical, scans, fetches)
         with self._lock:
             lexical.marks.update(seen)
             lexical.user_token = token
@@ -1275,10 +1592,15 @@ class Retrieval(Strategy):
 
     def _catch_up(
         self, prefix: tuple[str, ...], lexical: _Lexical, seen: dict[str, _Mark]
-    ) -> list[tuple[tuple[str, ...], dict[str, Any] | None]]:
-        """What ``lexical`` lacks given the marks just ``seen``: per thread whose mark changed,
-        (its namespace, a filter on the turn numbers it has not seen)."""
-        loads: list[tuple[tuple[str, ...], dict[str, Any] | None]] = []
+    ) -> tuple[
+        list[tuple[tuple[str, ...], dict[str, Any] | None]], list[tuple[tuple[str, ...], str]]
+    ]:
+        """What ``lexical`` lacks given the marks just ``seen``, per thread whose mark changed:
+        the keys the last write listed, when its turns reach back to what the index had seen
+        (then they are all it lacks: turn numbers are the same for every writer of a thread);
+        else (its namespace, a filter on the turn numbers it has not seen), a scan."""
+        scans: list[tuple[tuple[str, ...], dict[str, Any] | None]] = []
+        fetches: list[tuple[tuple[str, ...], str]] = []
         for label, now in seen.items():
             before = lexical.marks.get(label)
             if before == now:
@@ -1287,8 +1609,14 @@ class Retrieval(Strategy):
             # number); a numbering that went back (state reset) reloads the thread
             since = 0 if before is None or now[1] < before[1] else max(before[1] - 1, 0)
             namespace = prefix if self.config.scope == "thread" else (*prefix, label)
-            loads.append((namespace, {"order": {"$gte": _order(since)}} if since else None))
-        return loads
+            written = now[2]
+            # the write starts at or before the first number the index never saw: the turns it
+            # lists are all the index lacks (a completed unfinished turn is rewritten, listed)
+            if before is not None and since and written is not None and written[0] <= before[1]:
+                fetches += [(namespace, k) for k in written[1]]
+                continue
+            scans.append((namespace, {"order": {"$gte": _order(since)}} if since else None))
+        return scans, fetches
 
     def _read_marks(self, marks_ns: tuple[str, ...]) -> _Io[dict[str, _Mark]]:
         """Every thread mark of the user (one page per 500 threads)."""
@@ -1307,26 +1635,61 @@ class Retrieval(Strategy):
             offset += _PAGE
 
     def _load(
-        self, lexical: _Lexical, loads: Sequence[tuple[tuple[str, ...], dict[str, Any] | None]]
+        self,
+        lexical: _Lexical,
+        loads: Sequence[tuple[tuple[str, ...], dict[str, Any] | None]],
+        fetches: Sequence[tuple[tuple[str, ...], str]] = (),
     ) -> _Io[None]:
         """Add the stored turns under each (namespace prefix, filter) to ``lexical``, every
-        prefix's pages in one batch per round."""
+        prefix's pages in one batch per round (large pages: stores page by OFFSET). Turns
+        stored without vectors (written before they were kept, or by a store-side index) are
+        embedded once, together, for a local dense index."""
         pending = [(namespace, where, 0) for namespace, where in loads]
+        unembedded: list[Item] = []
+        if fetches:  # the turns a mark listed: one get each, in one batch
+            got = yield [GetOp(ns, k, self._refresh_ttl) for ns, k in fetches]
+            unembedded += lexical.add_many([it for it in got if isinstance(it, Item)])
         while pending:
             ops: list[Op] = [
-                SearchOp(namespace, where, _PAGE, offset, None, self._refresh_ttl)
+                SearchOp(namespace, where, _LOAD_PAGE, offset, None, self._refresh_ttl)
                 for namespace, where, offset in pending
             ]
             pages = yield ops
             more = []
             for (namespace, where, offset), page in zip(pending, pages, strict=True):
                 assert isinstance(page, list)
-                for item in page:
-                    if isinstance(item, Item):
-                        lexical.add(item.namespace, item.key, item.value)
-                if len(page) == _PAGE:
-                    more.append((namespace, where, offset + _PAGE))
+                unembedded += lexical.add_many([it for it in page if isinstance(it, Item)])
+                if len(page) == _LOAD_PAGE:
+                    more.append((namespace, where, offset + _LOAD_PAGE))
             pending = more
+        if unembedded:
+            parts = [_parts_of(PutOp(it.namespace, it.key, it.value)) for it in unembedded]
+            texts = tuple(dict.fromkeys(p for group in parts for p in group))
+            vectors = dict(zip(texts, (yield _Embed(texts)), strict=True))
+            for item, group in zip(unembedded, parts, strict=True):
+                uid = "/".join((*item.namespace, item.key))
+                lexical.add_vectors(uid, [vectors[p] for p in group])
+
+    def _facts_by_vector(
+        self, items: Sequence[Item], query: Sequence[float], k: int
+    ) -> _Io[list[_Candidate]]:
+        """The facts ranked by the cosine of their stored vectors with ``query`` (a fact stored
+        without vectors, by an older writer, is embedded here), best ``k`` first."""
+        rows = {it.key: stored_vectors(it.value) for it in items}
+        missing = tuple(dict.fromkeys(str(it.value.get("text", "")) for it in items
+                                      if rows[it.key] is None))  # fmt: skip
+        if missing:
+            fresh = dict(zip(missing, (yield _Embed(missing)), strict=True))
+            for it in items:
+                if rows[it.key] is None:
+                    rows[it.key] = np.asarray([fresh[str(it.value.get("text", ""))]], np.float32)
+        index = VectorIndex()
+        for it in items:
+            index.add("/".join((*it.namespace, it.key)), cast(Any, rows[it.key]))
+        by_uid = {"/".join((*it.namespace, it.key)): it for it in items}
+        return [
+            replace(self._fact(by_uid[uid]), score=score) for uid, score in index.search(query, k)
+        ]
 
     @staticmethod
     def _fact(item: Item) -> _Candidate:
