@@ -935,6 +935,15 @@ class _Lexical:
     def add_many(self, items: Sequence[Item]) -> list[Item]:
         """``add`` for a page of stored turns at once (bulk BM25 and vector inserts); the items
         the dense index needs vectors for and that carry none."""
+        known = self.values
+        fresh = [
+            it
+            for it in items  # a turn this process wrote (the mark's fetch brings it back) is in
+            if (old := known.get("/".join((*it.namespace, it.key)))) is None
+            or old.get("text") != it.value.get("text")
+            or old.get("parts") != it.value.get("parts")
+        ]
+        items = fresh
         uids = ["/".join((*it.namespace, it.key)) for it in items]
         for uid, it in zip(uids, items, strict=True):
             self.values[uid] = {k: v for k, v in it.value.items() if k != "vectors"}
