@@ -4,6 +4,7 @@ nothing about them)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         == (results["evidence"][GOALS_DATASET][HEADLINE]["fact_recall"])
     )
     floors = sweep[1:]  # gate='always' with a floor: a higher floor only ever retrieves less
-    for lower, higher in zip(floors, floors[1:]):
+    for lower, higher in itertools.pairwise(floors):
         assert (
             higher["small_talk"]["cri"]["with_context"]
             <= lower["small_talk"]["cri"]["with_context"]
