@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import (
     AIMessage,
@@ -100,6 +100,8 @@ _BASE_REQUESTS: tuple[dict[str, Any], ...] = (
 
 
 _Key = tuple[str | None, int]
+#: how a batch of answers becomes the probes' counts
+_Finish = Callable[[Sequence[int]], list[int]]
 
 
 @dataclass(frozen=True)
@@ -555,33 +557,42 @@ class AnthropicCounter(CachedCounter):
     def _text_probe(self, text: str) -> _Probe:
         return _Probe("text", {"messages": [{"role": "user", "content": text}]})
 
+    def _text_plan(
+        self, text: str
+    ) -> tuple[int, None] | tuple[None, tuple[_Key, list[dict[str, Any]], _Finish]]:
+        """``count_text``'s work: (the count, None) when it needs no request (whitespace, or
+        cached), else (None, (cache key, the requests, how their answers make the count))."""
+        if not text.strip():
+            return math.ceil(len(text) / 4), None
+        key = self._text_key(text)
+        cached = self._texts.get(key)
+        if cached is not None:
+            return cached, None
+        requests, finish = self._requests_for([self._text_probe(text)])
+        return None, (key, list(requests), finish)
+
+    def _text_done(self, key: _Key, finish: _Finish, answers: Sequence[int]) -> int:
+        value = finish(answers)[0]
+        self._texts.put(key, value)
+        return value
+
     def count_text(self, text: str) -> int:
         """The tokens of a bare string: a user turn holding it, less the turn's framing (cached
         by the text). Whitespace-only text, which the endpoint refuses, is estimated at four
         characters a token."""
-        if not text.strip():
-            return math.ceil(len(text) / 4)
-        key = self._text_key(text)
-        cached = self._texts.get(key)
-        if cached is not None:
-            return cached
-        requests, finish = self._requests_for([self._text_probe(text)])
-        value = finish(self._run(requests))[0]
-        self._texts.put(key, value)
-        return value
+        value, pending = self._text_plan(text)
+        if pending is None:
+            return cast(int, value)
+        key, requests, finish = pending
+        return self._text_done(key, finish, self._run(requests))
 
     async def acount_text(self, text: str) -> int:
         """:meth:`count_text` on the async client."""
-        if not text.strip():
-            return math.ceil(len(text) / 4)
-        key = self._text_key(text)
-        cached = self._texts.get(key)
-        if cached is not None:
-            return cached
-        requests, finish = self._requests_for([self._text_probe(text)])
-        value = finish(await self._arun(requests))[0]
-        self._texts.put(key, value)
-        return value
+        value, pending = self._text_plan(text)
+        if pending is None:
+            return cast(int, value)
+        key, requests, finish = pending
+        return self._text_done(key, finish, await self._arun(requests))
 
     def cache_clear(self) -> None:
         super().cache_clear()
