@@ -180,7 +180,7 @@ def test_vector_index_approximate_search_recalls_the_exact_neighbours(
     key's rows, never above the key's best) - not a coarse, projected score."""
     rng = np.random.default_rng(seed)
     draw = _clustered(rng)
-    index = VectorIndex(exact_rows=50, reduced_dims=8, rescore=20)
+    index = VectorIndex(exact_rows=50, reduced_dims=8, rescore=20, background=False)
     keys: dict[str, Any] = {}
     for i in range(count):
         keys[f"k{i:03}"] = draw(int(rng.integers(1, 5)))
@@ -218,7 +218,7 @@ def test_vector_index_approximate_scores_are_each_keys_best_row() -> None:
         "f2": [[1.0, 1.0, -1.0]],
         "f3": [[0.0, 1.0, -2.0]],
     }
-    index = VectorIndex(exact_rows=4, reduced_dims=1, rescore=1)
+    index = VectorIndex(exact_rows=4, reduced_dims=1, rescore=1, background=False)
     for key, vectors in rows.items():
         index.add(key, vectors)
     assert index.approximate
@@ -260,7 +260,11 @@ def test_vector_index_compaction_after_many_replacements_keeps_results_right(
     compaction too) and at the end still match the reference."""
     rng = np.random.default_rng(16)
     draw = _clustered(rng, dims=16, latent=4)
-    options = {"exact_rows": 100, "reduced_dims": 6, "rescore": 64} if approximate else {}
+    options = (
+        {"exact_rows": 100, "reduced_dims": 6, "rescore": 64, "background": False}
+        if approximate
+        else {}
+    )
     index = VectorIndex(**options)
     keys: dict[str, Any] = {}
     exclude = {"k000", "k001"}
@@ -348,6 +352,7 @@ def test_vector_index_concurrent_adds_and_searches(approximate: bool) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
+    assert index.wait(timeout=30)  # the fit runs in the background
     assert len(index) == len(final) and index.rows == sum(len(r) for r in final.values())
     rng = np.random.default_rng(7)
     for _ in range(5):

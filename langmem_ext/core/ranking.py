@@ -26,11 +26,12 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
-__all__ = ["BM25Index", "reciprocal_rank_fusion", "tokenize"]
+__all__ = ["BM25Index", "Postings", "encode_postings", "reciprocal_rank_fusion", "tokenize"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -52,22 +53,60 @@ def tokenize(text: str) -> list[str]:
     return [t for t in _WORD.findall(text.lower()) if t not in STOP_WORDS]
 
 
+class Postings(NamedTuple):
+    """Documents as term counts, ready for :meth:`BM25Index.add_postings`: a vocabulary, and per
+    document ``i`` the terms ``ids[ptr[i]:ptr[i + 1]]`` (indexes into ``vocab``) with their
+    counts ``tfs[ptr[i]:ptr[i + 1]]``. What a persisted index keeps instead of the texts: a
+    fresh process loads it without tokenizing again."""
+
+    vocab: list[str]
+    ptr: NDArray[np.int64]
+    ids: NDArray[np.int32]
+    tfs: NDArray[np.int32]
+
+
+def encode_postings(texts: Iterable[str]) -> Postings:
+    """The :class:`Postings` of ``texts`` (tokenized as :func:`tokenize` does)."""
+    vocab: dict[str, int] = {}
+    ptr = [0]
+    ids: list[int] = []
+    tfs: list[int] = []
+    for text in texts:
+        for term, tf in Counter(tokenize(text)).items():
+            ids.append(vocab.setdefault(term, len(vocab)))
+            tfs.append(tf)
+        ptr.append(len(ids))
+    return Postings(
+        list(vocab),
+        np.asarray(ptr, dtype=np.int64),
+        np.asarray(ids, dtype=np.int32),
+        np.asarray(tfs, dtype=np.int32),
+    )
+
+
 class _Postings:
     """One term's postings: growable arrays of (document slot, term frequency)."""
 
     __slots__ = ("n", "slots", "tfs")
 
-    def __init__(self) -> None:
-        self.n = 0
-        self.slots = np.empty(4, dtype=np.int32)
-        self.tfs = np.empty(4, dtype=np.float64)
+    def __init__(self, slots: NDArray[Any] | None = None, tfs: NDArray[Any] | None = None) -> None:
+        if slots is None or tfs is None:
+            self.n = 0
+            self.slots = np.empty(4, dtype=np.int32)
+            self.tfs = np.empty(4, dtype=np.float64)
+        else:  # views of a bulk load's arrays: a later extend copies before it writes
+            self.n = len(slots)
+            self.slots, self.tfs = slots, tfs
 
-    def extend(self, slots: list[int], tfs: list[int]) -> None:
+    def extend(self, slots: list[int] | NDArray[Any], tfs: list[int] | NDArray[Any]) -> None:
         end = self.n + len(slots)
         if end > len(self.slots):
             size = max(end, 2 * len(self.slots))
-            self.slots = np.resize(self.slots, size)
-            self.tfs = np.resize(self.tfs, size)
+            grown_slots = np.empty(size, dtype=np.int32)
+            grown_tfs = np.empty(size, dtype=np.float64)
+            grown_slots[: self.n] = self.slots[: self.n]
+            grown_tfs[: self.n] = self.tfs[: self.n]
+            self.slots, self.tfs = grown_slots, grown_tfs
         self.slots[self.n : end] = slots
         self.tfs[self.n : end] = tfs
         self.n = end
@@ -96,7 +135,8 @@ class BM25Index:
         self._lock = threading.Lock()
         self._slot: dict[str, int] = {}  # key -> document slot (slots are never reused)
         self._keys: list[str | None] = []  # slot -> key (None: replaced or removed)
-        self._terms: list[tuple[str, ...]] = []  # slot -> its distinct terms
+        #: slot -> its distinct terms (None: loaded from postings; removal scans the postings)
+        self._terms: list[tuple[str, ...] | None] = []
         self._lengths = np.zeros(16, dtype=np.float64)
         self._postings: dict[str, _Postings] = {}
         self._total_length = 0.0
@@ -114,6 +154,13 @@ class BM25Index:
 
     def add(self, key: str, text: str) -> None:
         self.add_many([(key, text)])
+
+    def remove(self, key: str) -> None:
+        """Forget ``key`` (nothing happens when it is absent)."""
+        with self._lock:
+            slot = self._slot.pop(key, None)
+            if slot is not None:
+                self._remove(slot)
 
     def add_many(self, documents: Iterable[tuple[str, str]]) -> None:
         """``add`` for many (key, text) pairs at once (a fresh process loading its index): each
@@ -148,9 +195,74 @@ class BM25Index:
                     postings = self._postings[term] = _Postings()
                 postings.extend(slots, tfs)
 
+    def add_postings(self, keys: Sequence[str], postings: Postings) -> None:
+        """Add documents given as term counts (:func:`encode_postings`, in the order of ``keys``)
+        at once: what a fresh process does with a persisted index, in numpy, with one Python step
+        per distinct term rather than per token. Same result as ``add_many`` of the texts; a key
+        already present is replaced (a key given twice keeps its last postings)."""
+        vocab, ptr, ids, tfs = postings
+        if len(ptr) != len(keys) + 1 or int(ptr[-1]) != len(ids) or len(ids) != len(tfs):
+            raise ValueError(
+                f"postings of {len(ptr) - 1} documents ({len(ids)} terms, {len(tfs)} counts) "
+                f"given for {len(keys)} keys"
+            )
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(vocab)):
+            raise ValueError(f"a term id outside the vocabulary of {len(vocab)} terms")
+        if not keys:
+            return
+        counts = np.diff(ptr)
+        with self._lock:
+            last = {key: i for i, key in enumerate(keys)}
+            for key in last:
+                old = self._slot.pop(key, None)
+                if old is not None:
+                    self._remove(old)
+            take = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+            base = len(self._keys)
+            need = base + len(take)
+            if need > len(self._lengths):
+                self._lengths = np.resize(self._lengths, max(need, 2 * len(self._lengths)))
+            slot_of = np.full(len(keys), -1, dtype=np.int64)
+            slot_of[take] = np.arange(base, need)
+            taken = [keys[i] for i in take.tolist()]
+            self._slot.update(zip(taken, range(base, need), strict=True))
+            self._keys.extend(taken)
+            self._terms.extend([None] * len(taken))
+            doc = np.repeat(np.arange(len(keys)), counts)
+            keep = slot_of[doc] >= 0
+            slots = slot_of[doc][keep].astype(np.int32)
+            term_ids, term_tfs = ids[keep], tfs[keep].astype(np.float64)
+            lengths = np.bincount(doc[keep], weights=term_tfs, minlength=len(keys))
+            self._lengths[base:need] = lengths[take]
+            self._total_length += float(lengths[take].sum())
+            # a stable sort of small integers is a radix sort in numpy
+            small = term_ids.astype(np.uint16) if len(vocab) <= 65_536 else term_ids
+            order = np.argsort(small, kind="stable")
+            term_ids, slots, term_tfs = term_ids[order], slots[order], term_tfs[order]
+            if not len(term_ids):  # documents with no terms (empty, or stop words only)
+                return
+            starts = np.flatnonzero(np.r_[True, term_ids[1:] != term_ids[:-1]])
+            ends = np.r_[starts[1:], len(term_ids)]
+            for term_id, a, b in zip(
+                term_ids[starts].tolist(), starts.tolist(), ends.tolist(), strict=True
+            ):
+                term = vocab[term_id]
+                postings_of = self._postings.get(term)
+                if postings_of is None:
+                    self._postings[term] = _Postings(slots[a:b], term_tfs[a:b])
+                else:
+                    postings_of.extend(slots[a:b], term_tfs[a:b])
+
     def _remove(self, slot: int) -> None:
         """Forget the document in ``slot`` (the caller holds the lock): ``add`` replaces."""
-        for term in self._terms[slot]:
+        terms = self._terms[slot]
+        if terms is None:  # loaded from postings: find its terms (rare: a stored turn rewritten)
+            terms = tuple(
+                term
+                for term, postings in self._postings.items()
+                if (postings.slots[: postings.n] == slot).any()
+            )
+        for term in terms:
             postings = self._postings[term]
             postings.remove(slot)
             if not postings.n:

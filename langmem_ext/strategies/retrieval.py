@@ -44,6 +44,21 @@ A mark lists the keys of the turns its write made (up to 64): a reader whose ind
 to that write's first turn fetches exactly those (O(turns written)) instead of scanning the
 thread; otherwise it scans from the last number it saw.
 
+Index blocks. A fresh process builds its in-process indexes from the store. Reading and
+tokenizing every turn costs seconds at 50k turns, so each thread's turns are also kept as index
+blocks (``("langmem_ext", "turn_blocks", tenant, user, thread)``): every 512 turns, one item
+with their BM25 postings and stored vectors. A fresh process (``scope="thread"``) loads the
+blocks and reads only the turns after them one by one. Values of block turns are read when a
+search finds them (one batched ``GetOp``). A turn that is gone from the store (expired,
+deleted) then leaves the indexes. Blocks are a cache and the turns stay the source of truth:
+- a block is rewritten, from every stored turn in its number range, each time a write reaches
+  the turn after it;
+- a block counts only when the thread's mark says that turn was written under the current
+  numbering;
+- so a numbering reset (a new state on the same thread), a fork or a damaged block never hides
+  a turn. A fresh process with the blocks ranks exactly as one reading every turn (a property
+  test).
+
 Costs: one embedding per message of an evicted turn (written once, stored with the turn, so a
 fresh process loads it instead of embedding again), one query embedding per searched turn, a
 vector search and a BM25 lookup (in process: O(rows) in numpy, O(postings of the query's terms)),
@@ -62,7 +77,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import concurrent.futures
+import functools
 import hashlib
 import math
 import re
@@ -86,7 +103,14 @@ from langmem_ext.core._fences import neutralize
 from langmem_ext.core._identity import fingerprint, key_at, keys_between
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import is_system
-from langmem_ext.core.ranking import STOP_WORDS, BM25Index, reciprocal_rank_fusion, tokenize
+from langmem_ext.core.ranking import (
+    STOP_WORDS,
+    BM25Index,
+    Postings,
+    encode_postings,
+    reciprocal_rank_fusion,
+    tokenize,
+)
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.vectors import VectorIndex
@@ -147,6 +171,11 @@ _PAGE = 500
 #: the page size of a whole-index load (few pages: a store pages by OFFSET, so small pages
 #: make loading quadratic)
 _LOAD_PAGE = 10_000
+#: the namespace kind of the index blocks: the in-process indexes of a thread's turns, persisted
+#: by turn-number range, so a fresh process loads a few large items instead of every turn
+_BLOCKS = "turn_blocks"
+#: turns per index block (a fresh process reads at most this many turns one by one)
+_BLOCK = 512
 #: the store classes whose own vector search scales (an ANN index in the database): their
 #: dense ranking stays in the store by default (``dense_index="store"``)
 _ANN_STORES = frozenset({"PostgresStore", "AsyncPostgresStore"})
@@ -512,7 +541,9 @@ def _compact(parts: Sequence[str], min_words: int, terms: frozenset[str]) -> str
     return None if kept == list(parts) else "\n".join(kept)
 
 
+@functools.lru_cache(maxsize=8_192)
 def _normal(text: str) -> str:
+    """``text`` for comparing contents (the same turns come back call after call: cached)."""
     return _SPACE.sub(" ", text).strip().lower()
 
 
@@ -895,13 +926,140 @@ def stored_vectors(stored: object) -> np.ndarray[Any, Any] | None:
     dims, data = stored.get("dims"), stored.get("f16")
     if not isinstance(dims, int) or dims < 1 or not isinstance(data, str):
         return None
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except ValueError:
-        return None
+    raw = _b64decode(data)
     if not raw or len(raw) % (2 * dims):
         return None
     return np.frombuffer(raw, dtype="<f2").reshape(-1, dims).astype(np.float32)
+
+
+def _b64(array: np.ndarray[Any, Any]) -> str:
+    return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
+
+
+def _b64decode(text: str) -> bytes | None:
+    """Strict base64 at C speed (``b64decode(validate=True)`` runs a regular expression over
+    the text first: 5x slower on the megabytes of a block): a character outside the alphabet is
+    skipped by the decoder, so the decoded length gives it away."""
+    if len(text) % 4:
+        return None
+    try:
+        raw = binascii.a2b_base64(text)
+    except (binascii.Error, ValueError):
+        return None
+    padding = 2 if text.endswith("==") else 1 if text.endswith("=") else 0
+    return raw if len(raw) == len(text) // 4 * 3 - padding else None
+
+
+def _unb64(value: object, dtype: str) -> np.ndarray[Any, Any] | None:
+    if not isinstance(value, str) or (raw := _b64decode(value)) is None:
+        return None
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(raw, dtype=dtype) if len(raw) % size == 0 else None
+
+
+def _encode_block(items: Sequence[Item], first: int, dense: bool) -> dict[str, Any] | None:
+    """An index block: the turns numbered ``first`` to ``first + _BLOCK - 1`` (``items``, every
+    item stored with those numbers) as BM25 postings and (``dense``) their stored vectors, by
+    key. None when a turn has no vectors to copy (written before they were kept)."""
+    items = sorted(items, key=lambda it: (int(it.value.get("seq", 0)), it.key))
+    postings = encode_postings(str(it.value.get("text", "")) for it in items)
+    value: dict[str, Any] = {
+        "v": 1,
+        "first": first,
+        "size": _BLOCK,
+        "keys": [it.key for it in items],
+        "bm25": {
+            "vocab": postings.vocab,
+            "ptr": _b64(postings.ptr.astype("<i4")),
+            "ids": _b64(postings.ids.astype("<i4")),
+            "tfs": _b64(postings.tfs.astype("<i4")),
+        },
+    }
+    if dense:
+        rows = [stored_vectors(it.value) for it in items]
+        if any(r is None for r in rows):
+            return None
+        blocks = [cast(np.ndarray, r) for r in rows]
+        dims = {b.shape[1] for b in blocks}
+        if len(dims) > 1:
+            return None
+        # "rows", not "vectors": a block must never read as a turn's stored vectors
+        value["rows"] = {
+            "dims": dims.pop() if dims else 0,
+            "counts": _b64(np.asarray([len(b) for b in blocks], dtype="<i4")),
+            "f16": _b64(np.concatenate(blocks).astype("<f2") if blocks else np.zeros(0, "<f2")),
+        }
+    return value
+
+
+class _Block(NamedTuple):
+    """An index block as read back (see ``_encode_block``)."""
+
+    first: int
+    keys: list[str]
+    postings: Postings
+    counts: np.ndarray[Any, Any] | None
+    rows: np.ndarray[Any, Any] | None
+
+
+def _decode_block(item: Item, dense: bool) -> _Block | None:
+    """An index block read from the store; None when it is not one this version wrote whole
+    (a foreign or damaged value is ignored: the turns it would cover are read one by one)."""
+    value = item.value
+    keys, bm25 = value.get("keys"), value.get("bm25")
+    if value.get("v") != 1 or value.get("size") != _BLOCK or not _is_int(value.get("first"), 0):
+        return None
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return None
+    if not isinstance(bm25, dict) or not isinstance(bm25.get("vocab"), list):
+        return None
+    vocab: list[str] = bm25["vocab"]
+    try:  # every term a string (checked at C speed)
+        "".join(vocab)
+    except TypeError:
+        return None
+    ptr, ids, tfs = (_unb64(bm25.get(name), "<i4") for name in ("ptr", "ids", "tfs"))
+    if ptr is None or ids is None or tfs is None or len(ptr) != len(keys) + 1:
+        return None
+    if len(ids) != len(tfs) or (len(ptr) and int(ptr[-1]) != len(ids)):
+        return None
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(vocab)):
+        return None
+    postings = Postings(vocab, ptr.astype(np.int64), ids.astype(np.int32), tfs.astype(np.int32))
+    counts = rows = None
+    if dense:
+        vectors = value.get("rows")
+        if not isinstance(vectors, dict) or not _is_int(vectors.get("dims"), 0):
+            return None
+        counts = _unb64(vectors.get("counts"), "<i4")
+        flat = _unb64(vectors.get("f16"), "<f2")
+        dims = int(vectors["dims"])
+        if counts is None or flat is None or len(counts) != len(keys) or (counts < 1).any():
+            return None
+        if dims == 0 or len(flat) != int(counts.sum()) * dims:
+            return None
+        rows = flat.reshape(-1, dims)
+    return _Block(int(value["first"]), keys, postings, counts, rows)
+
+
+def _merged(blocks: Sequence[_Block]) -> Postings:
+    """The postings of several blocks as one (one vocabulary)."""
+    vocab: dict[str, int] = {}
+    ptrs: list[np.ndarray[Any, Any]] = []
+    ids: list[np.ndarray[Any, Any]] = []
+    offset = 0
+    for block in blocks:
+        add = vocab.setdefault
+        remap = np.asarray([add(term, len(vocab)) for term in block.postings.vocab], np.int32)
+        ids.append(remap[block.postings.ids] if len(remap) else block.postings.ids)
+        ptrs.append(block.postings.ptr[1:] + offset)
+        offset += int(block.postings.ptr[-1])
+    return Postings(
+        list(vocab),
+        np.concatenate([np.zeros(1, dtype=np.int64), *ptrs]),
+        np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
+        np.concatenate([b.postings.tfs for b in blocks]) if blocks else np.zeros(0, np.int32),
+    )
 
 
 class _Lexical:
@@ -912,7 +1070,11 @@ class _Lexical:
     def __init__(self, dense: bool) -> None:
         self.index = BM25Index()
         self.vectors = VectorIndex() if dense else None
+        #: uid -> the stored value (without vectors); turns loaded from index blocks have none
+        #: until a search finds them (then they are read from the store, see ``_values_io``)
         self.values: dict[str, dict[str, Any]] = {}
+        #: uid -> (the value, its candidate): built once per value (see ``_held_turn``)
+        self.candidates: dict[str, tuple[dict[str, Any], _Candidate]] = {}
         #: thread label -> the mark of that thread as last read (everything before it is in)
         self.marks: dict[str, _Mark] = {}
         #: (scope="user") the user's mark as last read
@@ -954,6 +1116,29 @@ class _Lexical:
         rows = [(uid, stored_vectors(it.value.get("vectors"))) for uid, it in pairs]
         self.vectors.add_many((uid, r) for uid, r in rows if r is not None)
         return [it for it, (_, r) in zip(items, rows, strict=True) if r is None]
+
+    def add_blocks(self, namespace: tuple[str, ...], blocks: Sequence[_Block]) -> None:
+        """The turns of index blocks (of the thread at ``namespace``), in bulk: postings and
+        vectors as stored, no tokenizing, no decoding per turn. Their values are read when a
+        search finds them."""
+        head = "/".join(namespace) + "/"
+        uids = [head + k for block in blocks for k in block.keys]
+        self.index.add_postings(uids, _merged(blocks))
+        if self.vectors is not None:
+            rows = [cast(np.ndarray, b.rows) for b in blocks]
+            counts = [cast(np.ndarray, b.counts) for b in blocks]
+            total = sum(len(r) for r in rows)
+            if total:  # room for the turns read after the blocks, and for a while after
+                self.vectors.reserve(total + total // 4 + 8 * _BLOCK, rows[0].shape[1])
+            self.vectors.add_block(uids, np.concatenate(rows), np.concatenate(counts))
+
+    def forget(self, uid: str) -> None:
+        """A turn that is no longer in the store (expired or deleted)."""
+        self.values.pop(uid, None)
+        self.candidates.pop(uid, None)
+        self.index.remove(uid)
+        if self.vectors is not None:
+            self.vectors.remove(uid)
 
     def add_vectors(self, uid: str, vectors: Sequence[Sequence[float]]) -> None:
         if self.vectors is not None:
@@ -1054,8 +1239,9 @@ class Retrieval(Strategy):
         dense_index: where the dense ranking runs. ``"local"`` (the default, except for
             ``PostgresStore``): Retrieval embeds each turn once, stores its vectors with it
             (float16, so a restart never embeds again) and searches an in-process
-            :class:`~langmem_ext.core.vectors.VectorIndex` (about 2 ms at 16k turns and 8 ms at
-            100k, where ``InMemoryStore``'s own search takes 344 ms at 10k). ``"store"``: the
+            :class:`~langmem_ext.core.vectors.VectorIndex` (about 1-2 ms a search at 100k
+            turns, where ``InMemoryStore``'s own search takes 344 ms at 10k); a fresh process
+            loads it from the thread's index blocks (see the module notes). ``"store"``: the
             store embeds and searches (``PostgresStore`` with pgvector: its HNSW index scales
             past one process's memory). The store stays the source of truth either way.
 
@@ -1429,6 +1615,11 @@ class Retrieval(Strategy):
         token = uuid.uuid4().hex
         numbers = [int((op.value or {}).get("seq", 0)) for op in ops]
         following = max(numbers) + 1
+        # a write that reaches a multiple of _BLOCK closes the block before it: every turn
+        # numbered below is final (only the last turn of a write can be completed later)
+        boundary = -(-min(numbers) // _BLOCK) * _BLOCK or _BLOCK
+        if boundary < following:
+            yield from self._seal_io(key, boundary - _BLOCK, following - following % _BLOCK)
         marks = key.namespace(_MARKS, scope="user")
         thread_mark: dict[str, Any] = {"token": token, "next": following, "thread": key.session}
         if len(ops) <= _LISTED:  # a reader fetches these by key instead of scanning the thread
@@ -1436,6 +1627,35 @@ class Retrieval(Strategy):
         yield [PutOp(marks, key.labels()[2], thread_mark, index=False)]
         yield [PutOp(marks, _USER_MARK, {"token": token}, index=False)]
         return ops
+
+    def _seal_io(self, key: MemoryKey, start: int, stop: int) -> _Io[None]:
+        """Write the index blocks of the thread's turns numbered ``start`` to ``stop - 1``
+        (whole blocks): every stored turn with those numbers (after a reset of the numbering,
+        the turns of both numberings), read back in one scan, a few large pages. A block is
+        rewritten whenever a write reaches the next one, so it is never older than the
+        numbering that makes it count (see ``_load_blocks``)."""
+        namespace = key.namespace(_KIND)
+        where = {"order": {"$gte": _order(start), "$lt": _order(stop)}}
+        items: list[Item] = []
+        while True:
+            (page,) = yield [SearchOp(namespace, where, _LOAD_PAGE, len(items), None, False)]
+            assert isinstance(page, list)
+            items += [it for it in page if isinstance(it, Item)]
+            if len(page) < _LOAD_PAGE:
+                break
+        groups: dict[int, list[Item]] = {first: [] for first in range(start, stop, _BLOCK)}
+        for item in items:
+            seq = item.value.get("seq")
+            first = cast(int, seq) // _BLOCK * _BLOCK if _is_int(seq, 0) else -1
+            if first in groups:
+                groups[first].append(item)
+        writes = [
+            PutOp(key.namespace(_BLOCKS), _order(first), block, index=False)
+            for first, group in groups.items()
+            if (block := _encode_block(group, first, self._local)) is not None
+        ]
+        if writes:
+            yield writes
 
     def _remember(self, ops: Iterable[PutOp]) -> None:
         """Add this process's own writes to its BM25 indexes at once (the marks they left still
@@ -1558,15 +1778,41 @@ class Retrieval(Strategy):
             mark = results[-1]
             assert mark is None or isinstance(mark, Item)
             lexical = yield from self._lexical_io(prefix, marks, thread, mark)
+            ranked_uids: list[tuple[float, list[tuple[str, float | None]]]] = []
             if local:
                 assert lexical.vectors is not None and query_vector is not None
                 near = lexical.vectors.search(query_vector, c.per_ranking)
-                turns = [self._turn(uid, lexical.values[uid], score) for uid, score in near]
-                rankings.append((c.dense_weight, turns))
+                ranked_uids.append((c.dense_weight, [(uid, score) for uid, score in near]))
             if c.ranking != "dense":
                 hits = lexical.index.search(query, c.per_ranking)
-                rankings.append((1.0, [self._turn(uid, lexical.values[uid]) for uid, _ in hits]))
+                ranked_uids.append((1.0, [(uid, None) for uid, _ in hits]))
+            uids = {u for _, ranked in ranked_uids for u, _ in ranked}
+            values = yield from self._values_io(lexical, uids)
+            for weight, ranked in ranked_uids:
+                turns = [
+                    self._held_turn(lexical, u, values[u], s) for u, s in ranked if u in values
+                ]
+                rankings.append((weight, turns))
         return rankings
+
+    def _values_io(self, lexical: _Lexical, uids: Collection[str]) -> _Io[dict[str, Any]]:
+        """The stored values of ``uids``: held since they were indexed, or (turns loaded from
+        an index block) read now, in one batch, and kept. A turn no longer in the store
+        (expired, deleted) leaves the indexes and the results."""
+        values = lexical.values
+        missing = [uid for uid in uids if uid not in values]
+        if missing:
+            # a turn's namespace has 5 parts ("langmem_ext", "turns", tenant, user, thread);
+            # labels are percent-encoded, so "/" only separates (a key may hold one)
+            where = [uid.split("/", 5) for uid in missing]
+            got = yield [GetOp(tuple(w[:5]), w[5], self._refresh_ttl) for w in where]
+            with self._lock:
+                for uid, item in zip(missing, got, strict=True):
+                    if isinstance(item, Item):
+                        values[uid] = {k: v for k, v in item.value.items() if k != "vectors"}
+                    else:
+                        lexical.forget(uid)
+        return {uid: values[uid] for uid in uids if uid in values}
 
     def _lexical_io(
         self, prefix: tuple[str, ...], marks_ns: tuple[str, ...], thread: str, mark: Item | None
@@ -1588,7 +1834,11 @@ class Retrieval(Strategy):
             seen = yield from self._read_marks(marks_ns)
         if lexical is None:  # first use in this process: everything (older items too)
             fresh = _Lexical(self._local)
-            yield from self._load(fresh, [(prefix, None)])
+            covered = 0
+            if self.config.scope == "thread" and thread_mark is not None:
+                covered = yield from self._load_blocks(fresh, prefix, thread_mark[1])
+            where = {"order": {"$gte": _order(covered)}} if covered else None
+            yield from self._load(fresh, [(prefix, where)])
             fresh.marks, fresh.user_token = seen, token
             self._install(prefix, fresh)
             return fresh
@@ -1598,6 +1848,33 @@ class Retrieval(Strategy):
             lexical.marks.update(seen)
             lexical.user_token = token
         return lexical
+
+    def _load_blocks(self, lexical: _Lexical, prefix: tuple[str, ...], following: int) -> _Io[int]:
+        """Load the thread's index blocks into ``lexical``: those that chain from turn 0 and
+        count under the thread's numbering (the mark's ``following`` turn number: a block
+        counts when the turn after it was written, which rewrote it); returns the first turn
+        number they do not cover (the rest is read turn by turn)."""
+        blocks_ns = ("langmem_ext", _BLOCKS, *prefix[2:])
+        found: dict[int, _Block] = {}
+        offset = 0
+        while True:
+            (page,) = yield [SearchOp(blocks_ns, None, _PAGE, offset, None, self._refresh_ttl)]
+            assert isinstance(page, list)
+            for item in page:
+                block = _decode_block(item, self._local) if isinstance(item, Item) else None
+                if block is not None:
+                    found[block.first] = block
+            if len(page) < _PAGE:
+                break
+            offset += _PAGE
+        chain: list[_Block] = []
+        while (block := found.get(len(chain) * _BLOCK)) is not None:
+            if block.first + _BLOCK > following - 1:
+                break
+            chain.append(block)
+        if chain:
+            lexical.add_blocks(prefix, chain)
+        return len(chain) * _BLOCK
 
     def _catch_up(
         self, prefix: tuple[str, ...], lexical: _Lexical, seen: dict[str, _Mark]
@@ -1709,6 +1986,18 @@ class Retrieval(Strategy):
             ids=(item.key,),
             score=getattr(item, "score", None),
         )
+
+    def _held_turn(
+        self, lexical: _Lexical, uid: str, value: dict[str, Any], score: float | None
+    ) -> _Candidate:
+        """``_turn`` for a turn of an in-process index: the same turns come back call after
+        call, so their candidates are kept (by value: a rewritten turn makes a new one)."""
+        held = lexical.candidates.get(uid)
+        if held is None or held[0] is not value:
+            held = (value, self._turn(uid, value))
+            lexical.candidates[uid] = held
+        c = held[1]
+        return _Candidate(c.uid, c.text, c.kind, c.seq, c.prev, c.ids, c.source, c.parts, score)
 
     def _turn(self, uid: str, value: dict[str, Any], score: float | None = None) -> _Candidate:
         parts = value.get("parts")
