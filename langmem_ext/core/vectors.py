@@ -264,13 +264,7 @@ class VectorIndex:
         with self._lock:
             self._check_dims(dims, self.dims)
             if self._n + rows > len(self._matrix) or self._matrix.shape[1] != dims:
-                size = self._n + rows
-                matrix = np.empty((size, dims), dtype=np.float32)
-                owner = np.full(size, -1, dtype=np.int64)
-                if self._n:
-                    matrix[: self._n] = self._matrix[: self._n]
-                    owner[: self._n] = self._owner[: self._n]
-                self._matrix, self._owner = matrix, owner
+                self._grow(self._n + rows, dims)
 
     def remove(self, key: str) -> None:
         """Forget ``key`` (nothing happens when it is absent)."""
@@ -411,18 +405,22 @@ class VectorIndex:
     def _reserve(self, rows: int, keys: int, dims: int) -> None:
         need = self._n + rows
         if need > len(self._matrix) or self._matrix.shape[1] != dims:
-            size = max(need, 2 * len(self._matrix), 64)
-            matrix = np.empty((size, dims), dtype=np.float32)
-            owner = np.full(size, -1, dtype=np.int64)
-            if self._n:
-                matrix[: self._n] = self._matrix[: self._n]
-                owner[: self._n] = self._owner[: self._n]
-            self._matrix, self._owner = matrix, owner
+            self._grow(max(need, 2 * len(self._matrix), 64), dims)
         need = len(self._keys) + keys
         if need > len(self._start):
             grow = max(need, 2 * len(self._start), 64) - len(self._start)
             self._start = np.concatenate([self._start, np.zeros(grow, dtype=np.int64)])
             self._count = np.concatenate([self._count, np.zeros(grow, dtype=np.int64)])
+
+    def _grow(self, size: int, dims: int) -> None:
+        """Room for ``size`` rows of ``dims`` dimensions, the rows held copied over (the caller
+        holds the lock)."""
+        matrix = np.empty((size, dims), dtype=np.float32)
+        owner = np.full(size, -1, dtype=np.int64)
+        if self._n:
+            matrix[: self._n] = self._matrix[: self._n]
+            owner[: self._n] = self._owner[: self._n]
+        self._matrix, self._owner = matrix, owner
 
     def _maybe_compact(self) -> None:
         """Rewrite the rows without the dead ones once they are half of them (the lists follow;
