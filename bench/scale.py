@@ -459,14 +459,15 @@ class _Cell:
 
 
 def _settle(strategy: Any) -> float:
-    """Wait until the in-process vector indexes of ``strategy`` have no background fit pending
-    (past 32,768 rows a VectorIndex fits its coarse lists in a thread, searching exactly until
-    then): the latency measured is the steady state's. Returns the seconds waited."""
+    """Wait until the in-process indexes of ``strategy`` have no background work pending (past
+    32,768 rows a VectorIndex fits its coarse lists in a thread, searching exactly until then;
+    a BM25 index loaded from index blocks merges their postings): the latency measured is the
+    steady state's. Returns the seconds waited."""
     started = time.perf_counter()
     for lexical in list(getattr(strategy, "_lexicals", {}).values()):
-        index = getattr(lexical, "vectors", None)
-        if index is not None and hasattr(index, "wait"):
-            index.wait(600)
+        for index in (getattr(lexical, "vectors", None), getattr(lexical, "index", None)):
+            if index is not None and hasattr(index, "wait"):
+                index.wait(600)
     return time.perf_counter() - started
 
 
@@ -691,6 +692,7 @@ def _restart_memory(
     state = writer.apply(thread).state
     write_s = time.perf_counter() - started
     state = writer.apply([*thread, _ask(_longest(queries))], state).state
+    _settle(writer)  # its background fit done: the reader has the machine to itself
     del writer
     calls: list[dict[str, Any]] = []
     reader = _retrieval(store, config.budget, TiktokenCounter())
@@ -704,7 +706,9 @@ def _restart_memory(
         calls.append(
             {"seconds": seconds, "indexed": result.report.indexed, **_embed_counts(probe, query)}
         )
-    # the split, from another fresh Retrieval on the same store, instrumented
+    # the split, from another fresh Retrieval on the same store, instrumented (the first
+    # one's background fit done)
+    _settle(reader)
     messages = [*thread, _ask(queries[0])]
     instrumented = _retrieval(store, config.budget, TiktokenCounter())
     probe.reset()
@@ -786,6 +790,7 @@ def _restart_sqlite(
             state = writer.apply(thread).state
             write_s = time.perf_counter() - started
             state = writer.apply([*thread, _ask(_longest(queries))], state).state
+            _settle(writer)  # its background work done: the subprocess has the machine
             del writer
         size = sum(p.stat().st_size for p in Path(tmp).iterdir() if p.name.startswith("turns"))
         spec = {
@@ -875,7 +880,9 @@ def restart_worker(spec_path: str) -> int:
         out["calls"] = calls
         out["first_apply_s"] = calls[0]["seconds"]
         out["later_apply_s"] = _spread([c["seconds"] for c in calls[1:]])
-        # the split, from another fresh Retrieval on the same store, instrumented
+        # the split, from another fresh Retrieval on the same store, instrumented (the first
+        # one's background fit done)
+        _settle(reader)
         messages = [*thread, _ask(spec["queries"][0])]
         instrumented = _retrieval(store, spec["budget"], TiktokenCounter())
         probe.reset()

@@ -74,13 +74,19 @@ class HideBlocks(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
         results = self.inner.batch(ops)
-        return [
-            [] if isinstance(op, SearchOp) and op.namespace_prefix[1:2] == ("turn_blocks",) else r
-            for op, r in zip(ops, results, strict=True)
-        ]
+        return [hidden(op, r) for op, r in zip(ops, results, strict=True)]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return self.batch(ops)
+
+
+def hidden(op: Op, result: Result) -> Result:
+    """``result``, or nothing when ``op`` reads the index blocks (by key or by search)."""
+    if isinstance(op, GetOp) and op.namespace[1:2] == ("turn_blocks",):
+        return None
+    if isinstance(op, SearchOp) and op.namespace_prefix[1:2] == ("turn_blocks",):
+        return []
+    return result
 
 
 def chat(first: int, last: int, prefix: str = "", facts: dict[int, str] = FACTS) -> list[Any]:

@@ -119,6 +119,72 @@ class _Postings:
         self.n = count
 
 
+_NO_POSTINGS: tuple[NDArray[np.int32], NDArray[np.float64]] = (
+    np.zeros(0, dtype=np.int32),
+    np.zeros(0, dtype=np.float64),
+)
+
+
+class _Segment(NamedTuple):
+    """Documents added at once from :class:`Postings` (a fresh process loading a persisted
+    index), kept as loaded, sorted by term: a term's postings are gathered from every segment
+    only when a search first needs them."""
+
+    base: int  #: the first document slot of the load
+    #: slot - base -> the document's index in ``ptr`` (-1: not a document of this segment)
+    docs: NDArray[np.int64]
+    vocab: list[str]
+    where: dict[str, int]  #: term -> its id in ``vocab``
+    ptr: NDArray[np.int64]  #: document-major: the terms of document i (to forget it)
+    ids: NDArray[np.int32]
+    tptr: NDArray[np.int64]  #: term-major: the postings of term id t
+    slots: NDArray[np.int32]
+    tfs: NDArray[np.float64]
+
+
+def _merge_segments(segments: Sequence[_Segment]) -> _Segment:
+    """One segment holding what ``segments`` hold (one vocabulary): the terms are renumbered
+    in Python (one step per term of each load), the postings sorted by term in numpy."""
+    vocab: dict[str, int] = {}
+    add = vocab.setdefault
+    remaps = [
+        np.fromiter((add(term, len(vocab)) for term in seg.vocab), np.int64, len(seg.vocab))
+        for seg in segments
+    ]
+    # term-major: each posting's new term id, then a stable sort by it
+    terms = np.concatenate(
+        [
+            remap[np.repeat(np.arange(len(seg.vocab)), np.diff(seg.tptr))]
+            for seg, remap in zip(segments, remaps, strict=True)
+        ]
+    )
+    order = np.argsort(terms, kind="stable")
+    slots = np.concatenate([seg.slots for seg in segments])[order]
+    tfs = np.concatenate([seg.tfs for seg in segments])[order]
+    tptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(terms, minlength=len(vocab)), out=tptr[1:])
+    # document-major: each load's documents after the last, their slots mapped
+    base = min(seg.base for seg in segments)
+    top = max(seg.base + len(seg.docs) for seg in segments)
+    docs = np.full(top - base, -1, dtype=np.int64)
+    ptrs: list[NDArray[np.int64]] = [np.zeros(1, dtype=np.int64)]
+    offset = documents = 0
+    for seg in segments:
+        held = seg.docs >= 0
+        at = np.flatnonzero(held) + (seg.base - base)
+        docs[at] = seg.docs[held] + documents
+        ptrs.append(seg.ptr[1:] + offset)
+        offset += int(seg.ptr[-1])
+        documents += len(seg.ptr) - 1
+    ids = np.concatenate(
+        [remap[seg.ids] for seg, remap in zip(segments, remaps, strict=True)]
+    ).astype(np.int32)
+    words = list(vocab)
+    return _Segment(
+        base, docs, words, vocab, np.concatenate(ptrs), ids, tptr, slots.astype(np.int32), tfs
+    )
+
+
 class BM25Index:
     """An incremental Okapi BM25 index over string keys. Thread-safe.
 
@@ -138,7 +204,16 @@ class BM25Index:
         #: slot -> its distinct terms (None: loaded from postings; removal scans the postings)
         self._terms: list[tuple[str, ...] | None] = []
         self._lengths = np.zeros(16, dtype=np.float64)
+        #: term -> the postings of the documents added as texts
         self._postings: dict[str, _Postings] = {}
+        #: loads of postings (``add_postings``), as loaded; a term's live postings in them are
+        #: gathered when a search first needs them, and kept (``_gathered``) until a load or
+        #: a removal changes them
+        self._segments: list[_Segment] = []
+        self._gathered: dict[str, tuple[NDArray[np.int32], NDArray[np.float64]]] = {}
+        self._live = np.zeros(16, dtype=bool)  # slot -> the document is in the index
+        self._merging: threading.Event | None = None  # set when a merge of loads is done
+        self._forgotten = 0  # documents loaded from postings and removed since
         self._total_length = 0.0
 
     def __len__(self) -> int:
@@ -149,8 +224,9 @@ class BM25Index:
 
     def frequency(self, term: str) -> int:
         """How many documents hold ``term`` (a token as :func:`tokenize` makes them)."""
-        postings = self._postings.get(term)
-        return 0 if postings is None else postings.n
+        with self._lock:
+            postings = self._postings.get(term)
+            return (0 if postings is None else postings.n) + len(self._gathered_of(term)[0])
 
     def add(self, key: str, text: str) -> None:
         self.add_many([(key, text)])
@@ -171,9 +247,7 @@ class BM25Index:
             return
         with self._lock:
             grown: dict[str, tuple[list[int], list[int]]] = {}
-            need = len(self._keys) + len(batch)
-            if need > len(self._lengths):
-                self._lengths = np.resize(self._lengths, max(need, 2 * len(self._lengths)))
+            self._room(len(self._keys) + len(batch))
             for key, terms in batch.items():
                 old = self._slot.pop(key, None)
                 if old is not None:
@@ -184,6 +258,7 @@ class BM25Index:
                 self._terms.append(tuple(terms))
                 length = sum(terms.values())
                 self._lengths[slot] = length
+                self._live[slot] = True
                 self._total_length += length
                 for term, tf in terms.items():
                     slots, tfs = grown.setdefault(term, ([], []))
@@ -197,9 +272,11 @@ class BM25Index:
 
     def add_postings(self, keys: Sequence[str], postings: Postings) -> None:
         """Add documents given as term counts (:func:`encode_postings`, in the order of ``keys``)
-        at once: what a fresh process does with a persisted index, in numpy, with one Python step
-        per distinct term rather than per token. Same result as ``add_many`` of the texts; a key
-        already present is replaced (a key given twice keeps its last postings)."""
+        at once: what a fresh process does with a persisted index. The load is kept as one
+        segment, sorted by term in numpy; a search gathers a term's postings from the segments
+        the first time it needs them: no Python step per term or per token at load. Same
+        result as ``add_many`` of the texts; a key already present is replaced (a key given
+        twice keeps its last postings)."""
         vocab, ptr, ids, tfs = postings
         if len(ptr) != len(keys) + 1 or int(ptr[-1]) != len(ids) or len(ids) != len(tfs):
             raise ValueError(
@@ -220,8 +297,8 @@ class BM25Index:
             take = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
             base = len(self._keys)
             need = base + len(take)
-            if need > len(self._lengths):
-                self._lengths = np.resize(self._lengths, max(need, 2 * len(self._lengths)))
+            self._room(need)
+            self._live[base:need] = True
             slot_of = np.full(len(keys), -1, dtype=np.int64)
             slot_of[take] = np.arange(base, need)
             taken = [keys[i] for i in take.tolist()]
@@ -239,34 +316,120 @@ class BM25Index:
             small = term_ids.astype(np.uint16) if len(vocab) <= 65_536 else term_ids
             order = np.argsort(small, kind="stable")
             term_ids, slots, term_tfs = term_ids[order], slots[order], term_tfs[order]
-            if not len(term_ids):  # documents with no terms (empty, or stop words only)
+            tptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(term_ids, minlength=len(vocab)), out=tptr[1:])
+            vocab = list(vocab)
+            segment = _Segment(
+                base,
+                take,
+                vocab,
+                dict(zip(vocab, range(len(vocab)), strict=True)),
+                np.asarray(ptr, dtype=np.int64),
+                np.asarray(ids, dtype=np.int32),
+                tptr,
+                slots,
+                term_tfs,
+            )
+            for term in segment.where.keys() & self._gathered.keys():
+                del self._gathered[term]
+            self._segments.append(segment)
+
+    def _room(self, slots: int) -> None:
+        """Room for ``slots`` document slots (the caller holds the lock)."""
+        if slots > len(self._lengths):
+            size = max(slots, 2 * len(self._lengths))
+            self._lengths = np.resize(self._lengths, size)
+            live = np.zeros(size, dtype=bool)
+            live[: len(self._live)] = self._live
+            self._live = live
+
+    def _gathered_of(self, term: str) -> tuple[NDArray[np.int32], NDArray[np.float64]]:
+        """The live postings of ``term`` in the segments (slots, counts), gathered the first
+        time (the caller holds the lock)."""
+        got = self._gathered.get(term)
+        if got is not None or not self._segments:
+            return got if got is not None else _NO_POSTINGS
+        slots: list[NDArray[Any]] = []
+        tfs: list[NDArray[Any]] = []
+        for segment in self._segments:
+            t = segment.where.get(term)
+            if t is not None and (a := int(segment.tptr[t])) < (b := int(segment.tptr[t + 1])):
+                slots.append(segment.slots[a:b])
+                tfs.append(segment.tfs[a:b])
+        got = _NO_POSTINGS
+        if len(slots) == 1 and not self._forgotten:  # views of the one segment: no copy
+            got = (slots[0], tfs[0])
+        elif slots:
+            joined = np.concatenate(slots)
+            live = self._live[joined]
+            got = (joined[live], np.concatenate(tfs)[live])
+        self._gathered[term] = got
+        return got
+
+    def _terms_of(self, slot: int) -> tuple[str, ...]:
+        """The distinct terms of the document in ``slot``, loaded from postings (the caller
+        holds the lock)."""
+        for segment in self._segments:
+            at = slot - segment.base
+            if 0 <= at < len(segment.docs) and (i := int(segment.docs[at])) >= 0:
+                a, b = int(segment.ptr[i]), int(segment.ptr[i + 1])
+                return tuple(segment.vocab[t] for t in segment.ids[a:b].tolist())
+        return ()
+
+    # -- merging loads ----------------------------------------------------------------------------
+
+    def consolidate(self, *, background: bool = True) -> None:
+        """Merge the loads of postings into one segment (one look-up per term instead of one
+        per load when a search first needs a term), in a thread unless ``background`` is
+        False: numpy does most of it, off the lock; the merge is swapped in under the lock.
+        Searches answer the same before, during and after."""
+        with self._lock:
+            if self._merging is not None or len(self._segments) < 2:
                 return
-            starts = np.flatnonzero(np.r_[True, term_ids[1:] != term_ids[:-1]])
-            ends = np.r_[starts[1:], len(term_ids)]
-            for term_id, a, b in zip(
-                term_ids[starts].tolist(), starts.tolist(), ends.tolist(), strict=True
-            ):
-                term = vocab[term_id]
-                postings_of = self._postings.get(term)
-                if postings_of is None:
-                    self._postings[term] = _Postings(slots[a:b], term_tfs[a:b])
-                else:
-                    postings_of.extend(slots[a:b], term_tfs[a:b])
+            self._merging = threading.Event()
+        if background:
+            threading.Thread(target=self._merge, name="BM25Index-merge", daemon=True).start()
+        else:
+            self._merge()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until no merge of loads is under way; False when ``timeout`` passed first."""
+        merging = self._merging
+        return merging is None or merging.wait(timeout)
+
+    def _merge(self) -> None:
+        merging = self._merging
+        assert merging is not None
+        try:
+            while True:
+                with self._lock:
+                    segments = list(self._segments)
+                if len(segments) < 2:
+                    return
+                merged = _merge_segments(segments)
+                with self._lock:
+                    now = self._segments[: len(segments)]
+                    if all(a is b for a, b in zip(now, segments, strict=True)):  # loads append
+                        self._segments = [merged, *self._segments[len(segments) :]]
+        finally:
+            with self._lock:
+                self._merging = None
+            merging.set()
 
     def _remove(self, slot: int) -> None:
         """Forget the document in ``slot`` (the caller holds the lock): ``add`` replaces."""
         terms = self._terms[slot]
-        if terms is None:  # loaded from postings: find its terms (rare: a stored turn rewritten)
-            terms = tuple(
-                term
-                for term, postings in self._postings.items()
-                if (postings.slots[: postings.n] == slot).any()
-            )
-        for term in terms:
-            postings = self._postings[term]
-            postings.remove(slot)
-            if not postings.n:
-                del self._postings[term]
+        if terms is None:  # loaded from postings: its terms gather again without it
+            self._forgotten += 1
+            for term in self._terms_of(slot):
+                self._gathered.pop(term, None)
+        else:
+            for term in terms:
+                postings = self._postings[term]
+                postings.remove(slot)
+                if not postings.n:
+                    del self._postings[term]
+        self._live[slot] = False
         self._total_length -= float(self._lengths[slot])
         self._lengths[slot] = 0
         self._keys[slot] = None
@@ -289,17 +452,21 @@ class BM25Index:
             scores: Any = None
             for term, qtf in terms.items():
                 postings = self._postings.get(term)
-                if postings is None:
+                parts = [self._gathered_of(term)]
+                if postings is not None:
+                    parts.append((postings.slots[: postings.n], postings.tfs[: postings.n]))
+                holding = sum(len(where) for where, _ in parts)
+                if not holding:
                     continue
                 if scores is None:
                     lengths = self._lengths[:slots]
                     norm = self.k1 * (1 - self.b + self.b * lengths / average)
                     scores = np.zeros(slots, dtype=np.float64)
-                where = postings.slots[: postings.n]
-                tf = postings.tfs[: postings.n]
-                idf = math.log(1.0 + (n - postings.n + 0.5) / (postings.n + 0.5))
-                # one posting per document and term: a plain fancy-index add is exact
-                scores[where] += qtf * idf * tf * (self.k1 + 1) / (tf + norm[where])
+                idf = math.log(1.0 + (n - holding + 0.5) / (holding + 0.5))
+                for where, tf in parts:
+                    if len(where):
+                        # one posting per document and term: a plain fancy-index add is exact
+                        scores[where] += qtf * idf * tf * (self.k1 + 1) / (tf + norm[where])
             if scores is None:
                 return []
             for key in exclude:

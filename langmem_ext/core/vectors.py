@@ -92,6 +92,7 @@ _PROBE_RESCORE = 24  # ... and at least 24 x ``rescore``
 _TAIL_ROWS = 4_096  # rows added since the lists were made, scanned exactly, before a reassignment
 _TAIL_SHARE = 64  # ... (or 1/64 of the rows in the lists)
 _CHUNK = 1_024  # rows per step of a fit
+_BLAS_VALUES = 1 << 22  # a product this large (values) or larger goes to BLAS (see ``_dot``)
 _CONVERT = 1_024  # rows per step of a float16 conversion (they stay in cache to be scaled)
 #: float16 -> float32 by table (numpy's own float16 cast is about 2 ns a value here)
 _F16: NDArray[np.float32] = (
@@ -181,6 +182,8 @@ class VectorIndex:
         self._epoch = 0  # bumped by compaction (rows renumbered): a fit started before is void
         self._busy = False  # a fit is pending or running
         self._failed_at = 0  # live rows when a fit failed (no retry before they double)
+        #: touching the memory of reserved rows (``reserve``): writes wait for it
+        self._toucher: threading.Thread | None = None
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -235,12 +238,15 @@ class VectorIndex:
         counts: Sequence[int] | NDArray[np.integer[Any]],
     ) -> None:
         """Bulk load: ``keys[i]`` owns the next ``counts[i]`` rows of ``rows`` (``n_rows x
-        dims``, float16 accepted), replacing what it had; a count of 0 removes the key. The block
+        dims``; float16, or int8 codes: a vector's own scale does not matter, rows are scaled to
+        length 1; or a list of such matrices, read as one, never joined), replacing what it
+        had; a count of 0 removes the key. The block
         is converted and normalised straight into the index's matrix, a thousand rows at a time
         (no other copy). A key given twice keeps its last rows (as in ``add_many``). Refused
         (``ValueError``, nothing changed) when the counts do not match the keys or add up to
         another number of rows, or as ``add`` refuses vectors."""
         keys = list(keys)
+        parts = list(rows) if isinstance(rows, (list, tuple)) else [rows]
         sizes = np.asarray(counts)
         if sizes.ndim != 1 or len(sizes) != len(keys):
             raise ValueError(
@@ -249,22 +255,74 @@ class VectorIndex:
         if len(sizes) and (sizes.dtype.kind not in "iu" or int(sizes.min()) < 0):
             raise ValueError("VectorIndex: counts must be integers >= 0")
         sizes = sizes.astype(np.int64)
-        block = self._source(rows)
-        if int(sizes.sum()) != len(block):
+        sources = [self._source(part) for part in parts]
+        filled = [source for source in sources if len(source)]
+        for source in filled[1:]:
+            self._check_dims(source.shape[1], filled[0].shape[1])
+        given = sum(len(source) for source in sources)
+        if int(sizes.sum()) != given:
             raise ValueError(
-                f"VectorIndex: counts add up to {int(sizes.sum())} rows, but {len(block)} given"
+                f"VectorIndex: counts add up to {int(sizes.sum())} rows, but {given} given"
             )
-        self._write(keys, block, sizes)
+        self._write(keys, filled, sizes)
 
-    def reserve(self, rows: int, dims: int) -> None:
+    def reserve(self, rows: int, dims: int, *, prefault: int = 0) -> None:
         """Make room for ``rows`` more rows of ``dims`` dimensions at once (before a bulk load
-        and what follows it), so the matrix is not grown, and copied, on the way."""
-        if rows < 0 or dims < 1:
-            raise ValueError(f"VectorIndex: cannot reserve {rows} rows of {dims} dimensions")
+        and what follows it), so the matrix is not grown, and copied, on the way. ``prefault``:
+        touch the memory of that many of them in a background thread now (the first write to
+        fresh memory costs about 2 ms a megabyte on a virtual machine), while the caller
+        prepares the rows; the next write waits for it."""
+        if rows < 0 or dims < 1 or not 0 <= prefault <= rows:
+            raise ValueError(
+                f"VectorIndex: cannot reserve {rows} rows of {dims} dimensions "
+                f"(prefaulting {prefault})"
+            )
         with self._lock:
             self._check_dims(dims, self.dims)
             if self._n + rows > len(self._matrix) or self._matrix.shape[1] != dims:
+                self._settle()
                 self._grow(self._n + rows, dims)
+            if prefault and self._toucher is None:
+                region = self._matrix[self._n : self._n + prefault]
+                self._toucher = threading.Thread(
+                    target=_touch, args=(region,), name="VectorIndex-prefault", daemon=True
+                )
+                self._toucher.start()
+
+    def refine(
+        self,
+        keys: Sequence[str],
+        rows: ArrayLike,
+        counts: Sequence[int] | NDArray[np.integer[Any]],
+    ) -> list[str]:
+        """Overwrite the rows of ``keys`` in place with closer values of the same vectors (the
+        stored rows of what was loaded as int8 codes; ``keys[i]`` owns the next ``counts[i]``
+        rows, as in ``add_block``): no new rows, nothing to fit again. The coarse lists keep the
+        codes they were fitted on, near enough to choose candidates; searches score with these
+        rows. Returns the keys left as they were: absent, or holding another number of rows
+        (``add`` replaces those)."""
+        source = self._source(rows)
+        sizes = np.asarray(counts, dtype=np.int64)
+        if sizes.ndim != 1 or len(sizes) != len(keys) or int(sizes.sum()) != len(source):
+            raise ValueError(
+                f"VectorIndex: {len(keys)} keys, counts of shape {sizes.shape}, {len(source)} rows"
+            )
+        with self._lock:
+            self._settle()
+            slots = np.fromiter((self._slot.get(key, -1) for key in keys), np.int64, len(keys))
+            held = slots >= 0
+            held[held] &= self._count[slots[held]] == sizes[held]
+            left = [key for key, ok in zip(keys, held.tolist(), strict=True) if not ok]
+            if held.any() and len(source):
+                self._check_dims(source.shape[1], self.dims)
+                taken = np.repeat(held, sizes)
+                fresh = np.empty((int(taken.sum()), source.shape[1]), dtype=np.float32)
+                self._into(fresh, source[taken])
+                kept = sizes[held]
+                ends = np.cumsum(kept)
+                at = np.repeat(self._start[slots[held]] - (ends - kept), kept)
+                self._matrix[at + np.arange(len(at))] = fresh
+        return left
 
     def remove(self, key: str) -> None:
         """Forget ``key`` (nothing happens when it is absent)."""
@@ -293,12 +351,29 @@ class VectorIndex:
             want = k + len(skip & self._slot.keys())
             return self._best(q[0], want, skip)[:k]
 
+    def score(self, query: Sequence[float] | NDArray[Any], keys: Iterable[str]) -> dict[str, float]:
+        """The exact score (the cosine of its best row, as ``search`` gives it) of each of
+        ``keys`` the index holds, whatever regime searches use: what a caller re-ranks with
+        after it replaced rows it knew to be approximate."""
+        q = np.empty((1, np.size(query)), dtype=np.float32)
+        self._into(q, self._source(np.asarray(query, dtype=np.float32)[None, :]))
+        with self._lock:
+            if self.dims is not None:
+                self._check_dims(q.shape[1], self.dims)
+            held = [(key, slot) for key in keys if (slot := self._slot.get(key)) is not None]
+            if not held:
+                return {}
+            slots = np.fromiter((slot for _, slot in held), dtype=np.int64, count=len(held))
+            best = self._best_of(q[0], slots)
+        return {key: score for (key, _), score in zip(held, best.tolist(), strict=True)}
+
     # -- input ------------------------------------------------------------------------------------
 
     def _source(self, vectors: ArrayLike) -> NDArray[Any]:
-        """``vectors`` as a float16 or float32 matrix, its shape checked (an array of either
-        type as given: it is read, never written)."""
-        if isinstance(vectors, np.ndarray) and vectors.dtype in (np.float16, np.float32):
+        """``vectors`` as a float16, float32 or int8 matrix, its shape checked (an array of
+        one of these types as given: it is read, never written). int8 rows are codes of a
+        vector up to a scale, which normalising removes (see ``add_block``)."""
+        if isinstance(vectors, np.ndarray) and vectors.dtype in (np.float16, np.float32, np.int8):
             rows: NDArray[Any] = vectors
         else:
             rows = np.asarray(vectors, dtype=np.float32)
@@ -352,10 +427,14 @@ class VectorIndex:
 
     # -- writes (internals) -----------------------------------------------------------------------
 
-    def _write(self, keys: list[str], rows: NDArray[Any], counts: NDArray[np.int64]) -> None:
+    def _write(
+        self, keys: list[str], rows: NDArray[Any] | list[NDArray[Any]], counts: NDArray[np.int64]
+    ) -> None:
         """Replace ``keys`` by the consecutive ``rows`` (``counts[i]`` for key i; 0 removes it;
-        the last of a key given twice wins): the rows are normalised into the matrix under the
-        lock, and nothing changes when they are refused."""
+        the last of a key given twice wins; a list of matrices reads as their concatenation):
+        the rows are normalised into the matrix under the lock, and nothing changes when they
+        are refused."""
+        parts = [part for part in (rows if isinstance(rows, list) else [rows]) if len(part)]
         unique = set(keys)
         keep = counts > 0
         if len(unique) != len(keys):  # the last of each key only
@@ -363,18 +442,25 @@ class VectorIndex:
             keep &= np.isin(np.arange(len(keys)), last)
         kept = keys
         if not keep.all():
-            rows = rows[np.repeat(keep, counts)]
+            joined = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else None
+            parts = [] if joined is None else [joined[np.repeat(keep, counts)]]
             kept = [key for key, k in zip(keys, keep.tolist(), strict=True) if k]
             counts = counts[keep]
+        total = sum(len(part) for part in parts)
         with self._lock:
-            if len(rows):
-                self._check_dims(rows.shape[1], self.dims)
-                self._reserve(len(rows), len(kept), rows.shape[1])
-                self._into(self._matrix[self._n : self._n + len(rows)], rows)
-                self.dims = int(rows.shape[1])
+            self._settle()
+            if total:
+                dims = int(parts[0].shape[1])
+                self._check_dims(dims, self.dims)
+                self._reserve(total, len(kept), dims)
+                at = self._n
+                for part in parts:
+                    self._into(self._matrix[at : at + len(part)], part)
+                    at += len(part)
+                self.dims = dims
             for key in unique & self._slot.keys() if self._slot else ():
                 self._drop(key)
-            if len(rows):
+            if total:
                 self._append(kept, counts)
             self._maybe_compact()
             start = not self._busy and self._plan() is not None
@@ -411,6 +497,13 @@ class VectorIndex:
             grow = max(need, 2 * len(self._start), 64) - len(self._start)
             self._start = np.concatenate([self._start, np.zeros(grow, dtype=np.int64)])
             self._count = np.concatenate([self._count, np.zeros(grow, dtype=np.int64)])
+
+    def _settle(self) -> None:
+        """Wait for a prefault of reserved rows (the caller holds the lock; the thread never
+        takes it): nothing writes rows it is still zeroing."""
+        if self._toucher is not None:
+            self._toucher.join()
+            self._toucher = None
 
     def _grow(self, size: int, dims: int) -> None:
         """Room for ``size`` rows of ``dims`` dimensions, the rows held copied over (the caller
@@ -490,7 +583,8 @@ class VectorIndex:
         skipped = [self._slot[key] for key in skip if key in self._slot]
         heads = self._dot(coarse.heads, q)
         offsets = coarse.norms * heads  # the query's dot product with each list's mean
-        qr = q @ coarse.basis if coarse.basis is not None else q
+        # (numpy's own loop: BLAS would wake its threads for this small product, see _dot)
+        qr = np.einsum("i,ij->j", q, coarse.basis) if coarse.basis is not None else q
         sizes = np.diff(coarse.bounds)
         tail_scores = self._dot(self._matrix[coarse.covered : self._n], q)
         target = max(_PROBE_RESCORE * self.rescore, self.rows // _PROBE_SHARE)
@@ -543,11 +637,7 @@ class VectorIndex:
         starts = np.flatnonzero(np.diff(owners, prepend=-1))
         slots = owners[starts]
         slots = slots[_at_least(np.maximum.reduceat(scores, starts), max(4 * k, 16))]
-        counts = self._count[slots]
-        ends = np.cumsum(counts)
-        begins = ends - counts
-        every = np.repeat(self._start[slots] - begins, counts) + np.arange(int(ends[-1]))
-        best = np.maximum.reduceat(self._dot(np.take(self._matrix, every, axis=0), q), begins)
+        best = self._best_of(q, slots)
         pick = _at_least(best, k)  # the k best and every key tied with the k-th (ties by key)
         ranked = [
             (key, score)
@@ -557,11 +647,25 @@ class VectorIndex:
         ranked.sort(key=lambda item: (-item[1], item[0]))
         return ranked[:k]
 
+    def _best_of(self, q: NDArray[np.float32], slots: NDArray[np.int64]) -> NDArray[np.float32]:
+        """The score of each key slot (not empty): its best row's, all rows in one product."""
+        counts = self._count[slots]
+        ends = np.cumsum(counts)
+        begins = ends - counts
+        every = np.repeat(self._start[slots] - begins, counts) + np.arange(int(ends[-1]))
+        best: NDArray[np.float32] = np.maximum.reduceat(
+            self._dot(np.take(self._matrix, every, axis=0), q), begins
+        )
+        return best
+
     def _dot(self, rows: NDArray[np.float32], vector: NDArray[np.float32]) -> NDArray[np.float32]:
-        """``rows @ vector``: by BLAS (on both cores), or on one core by numpy's own loop while
-        a fit runs in the background - a multi-threaded BLAS call waits for its slowest thread,
-        and the fit holds a core (then 5-15 ms instead of 1-2 ms here)."""
-        if self._busy and self.background:
+        """``rows @ vector``: by BLAS (on both cores) for a large scan, else by numpy's own
+        loop on one core: as fast for the products of a coarse search (a few megabytes at
+        most), and it leaves the second core alone - OpenBLAS's threads spin after each call,
+        taking the core an embedding model or the caller's other work needs. On one core too
+        while a fit runs in the background (a multi-threaded BLAS call waits for its slowest
+        thread, and the fit holds a core: 5-15 ms instead of 1-2 ms here)."""
+        if rows.size < _BLAS_VALUES or (self._busy and self.background):
             out: NDArray[np.float32] = np.einsum("ij,j->i", rows, vector)
             return out
         product: NDArray[np.float32] = rows @ vector
@@ -737,6 +841,13 @@ class VectorIndex:
             covered=covered,
             trained=trained,
         )
+
+
+def _touch(region: NDArray[np.float32]) -> None:
+    """Write zeros over ``region``, a few megabytes at a time (numpy releases the GIL)."""
+    step = max(1, (4 << 20) // max(1, region.shape[1] * region.itemsize))
+    for at in range(0, len(region), step):
+        region[at : at + step].fill(0.0)
 
 
 def _best_lists(

@@ -988,9 +988,36 @@ def _encode_block(items: Sequence[Item], first: int, dense: bool) -> dict[str, A
         value["rows"] = {
             "dims": dims.pop() if dims else 0,
             "counts": _b64(np.asarray([len(b) for b in blocks], dtype="<i4")),
-            "f16": _b64(np.concatenate(blocks).astype("<f2") if blocks else np.zeros(0, "<f2")),
+            "i8": _b64(_int8_codes(np.concatenate(blocks)) if blocks else np.zeros(0, "i1")),
         }
     return value
+
+
+def _int8_codes(rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each row as int8 codes, scaled so that its largest value is 127: half the bytes of
+    float16, and the scale is not kept (the dense index compares directions only). The codes
+    are close (about 0.001 of a cosine), not exact: a search reads the rows it finds back from
+    their turns before ranking them (see ``Retrieval._values_io``)."""
+    rows = rows.astype(np.float32)
+    peak = np.abs(rows).max(axis=1, keepdims=True)
+    scale = np.divide(127.0, peak, out=np.zeros_like(peak), where=peak > 0)
+    codes: np.ndarray[Any, Any] = np.rint(rows * scale).astype("i1")
+    return codes
+
+
+def _block_rows(item: Item | None) -> tuple[int, int]:
+    """How many vector rows an index block holds, and of how many dimensions, from the length
+    of its text (nothing decoded); (0, 0) when it holds none that could be read."""
+    rows = item.value.get("rows") if isinstance(item, Item) else None
+    if not isinstance(rows, dict) or not _is_int(rows.get("dims"), 1):
+        return 0, 0
+    data, dims = rows.get("i8"), int(rows["dims"])
+    size = 1
+    if not isinstance(data, str):
+        data, size = rows.get("f16"), 2
+    if not isinstance(data, str):
+        return 0, 0
+    return len(data) // 4 * 3 // (size * dims), dims
 
 
 class _Block(NamedTuple):
@@ -1001,6 +1028,8 @@ class _Block(NamedTuple):
     postings: Postings
     counts: np.ndarray[Any, Any] | None
     rows: np.ndarray[Any, Any] | None
+    #: the rows are int8 codes (close, not exact: see ``_int8_codes``)
+    approximate: bool = False
 
 
 def _decode_block(item: Item, dense: bool) -> _Block | None:
@@ -1028,39 +1057,22 @@ def _decode_block(item: Item, dense: bool) -> _Block | None:
         return None
     postings = Postings(vocab, ptr.astype(np.int64), ids.astype(np.int32), tfs.astype(np.int32))
     counts = rows = None
+    approximate = False
     if dense:
         vectors = value.get("rows")
         if not isinstance(vectors, dict) or not _is_int(vectors.get("dims"), 0):
             return None
         counts = _unb64(vectors.get("counts"), "<i4")
-        flat = _unb64(vectors.get("f16"), "<f2")
+        codes = "i8" in vectors  # else float16 rows, as the first blocks were written
+        flat = _unb64(vectors.get("i8"), "i1") if codes else _unb64(vectors.get("f16"), "<f2")
         dims = int(vectors["dims"])
         if counts is None or flat is None or len(counts) != len(keys) or (counts < 1).any():
             return None
         if dims == 0 or len(flat) != int(counts.sum()) * dims:
             return None
         rows = flat.reshape(-1, dims)
-    return _Block(int(value["first"]), keys, postings, counts, rows)
-
-
-def _merged(blocks: Sequence[_Block]) -> Postings:
-    """The postings of several blocks as one (one vocabulary)."""
-    vocab: dict[str, int] = {}
-    ptrs: list[np.ndarray[Any, Any]] = []
-    ids: list[np.ndarray[Any, Any]] = []
-    offset = 0
-    for block in blocks:
-        add = vocab.setdefault
-        remap = np.asarray([add(term, len(vocab)) for term in block.postings.vocab], np.int32)
-        ids.append(remap[block.postings.ids] if len(remap) else block.postings.ids)
-        ptrs.append(block.postings.ptr[1:] + offset)
-        offset += int(block.postings.ptr[-1])
-    return Postings(
-        list(vocab),
-        np.concatenate([np.zeros(1, dtype=np.int64), *ptrs]),
-        np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
-        np.concatenate([b.postings.tfs for b in blocks]) if blocks else np.zeros(0, np.int32),
-    )
+        approximate = codes
+    return _Block(int(value["first"]), keys, postings, counts, rows, approximate)
 
 
 class _Lexical:
@@ -1080,6 +1092,9 @@ class _Lexical:
         self.marks: dict[str, _Mark] = {}
         #: (scope="user") the user's mark as last read
         self.user_token: str | None = None
+        #: uids whose rows in ``vectors`` are int8 codes from an index block, until a search
+        #: finds them and reads their turns (then their stored rows replace the codes)
+        self.approximate: set[str] = set()
 
     def add(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> bool:
         """Index one stored turn; False when the dense index needs its vectors and the value
@@ -1093,6 +1108,7 @@ class _Lexical:
         if rows is None:
             return False
         self.vectors.add(uid, rows)
+        self.approximate.discard(uid)
         return True
 
     def add_many(self, items: Sequence[Item]) -> list[Item]:
@@ -1116,6 +1132,8 @@ class _Lexical:
             return []
         rows = [(uid, stored_vectors(it.value.get("vectors"))) for uid, it in pairs]
         self.vectors.add_many((uid, r) for uid, r in rows if r is not None)
+        if self.approximate:
+            self.approximate.difference_update(uid for uid, r in rows if r is not None)
         return [it for it, (_, r) in zip(items, rows, strict=True) if r is None]
 
     def add_blocks(self, namespace: tuple[str, ...], blocks: Sequence[_Block]) -> None:
@@ -1124,22 +1142,60 @@ class _Lexical:
         search finds them."""
         head = "/".join(namespace) + "/"
         uids = [head + k for block in blocks for k in block.keys]
-        self.index.add_postings(uids, _merged(blocks))
+        at = 0
+        for block in blocks:  # one BM25 segment each: terms are gathered when first searched
+            self.index.add_postings(uids[at : at + len(block.keys)], block.postings)
+            at += len(block.keys)
         if self.vectors is not None:
             rows = [cast(np.ndarray, b.rows) for b in blocks]
             counts = [cast(np.ndarray, b.counts) for b in blocks]
             total = sum(len(r) for r in rows)
             if total:  # room for the turns read after the blocks, and for a while after
                 self.vectors.reserve(total + total // 4 + 8 * _BLOCK, rows[0].shape[1])
-            self.vectors.add_block(uids, np.concatenate(rows), np.concatenate(counts))
+            self.vectors.add_block(uids, rows, np.concatenate(counts))  # never joined
+            at = 0
+            for block in blocks:
+                if block.approximate:
+                    self.approximate.update(uids[at : at + len(block.keys)])
+                at += len(block.keys)
 
     def forget(self, uid: str) -> None:
         """A turn that is no longer in the store (expired or deleted)."""
         self.values.pop(uid, None)
         self.candidates.pop(uid, None)
+        self.approximate.discard(uid)
         self.index.remove(uid)
         if self.vectors is not None:
             self.vectors.remove(uid)
+
+    def refine(self, stored: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """The stored rows of turns loaded as int8 codes (their values as read), written over
+        the codes in place (or in their place, when their number differs); decoded together."""
+        if self.vectors is None:
+            return
+        uids: list[str] = []
+        raws: list[bytes] = []
+        dims = self.vectors.dims
+        if not dims:
+            return
+        for uid, value in stored:
+            vectors = value.get("vectors")
+            if not isinstance(vectors, dict) or vectors.get("dims") != dims:
+                continue  # (the codes stay)
+            data = vectors.get("f16")
+            raw = _b64decode(data) if isinstance(data, str) else None
+            if raw and len(raw) % (2 * dims) == 0:
+                uids.append(uid)
+                raws.append(raw)
+        if not uids:
+            return
+        rows = np.frombuffer(b"".join(raws), dtype="<f2").reshape(-1, dims)
+        counts = np.fromiter((len(r) // (2 * dims) for r in raws), np.int64, len(raws))
+        left = self.vectors.refine(uids, rows, counts)
+        if left:  # another number of rows than the codes: replaced
+            by_uid = dict(stored)
+            for uid in left:
+                self.vectors.add(uid, cast(np.ndarray, stored_vectors(by_uid[uid])))
 
     def add_vectors(self, uid: str, vectors: Sequence[Sequence[float]]) -> None:
         if self.vectors is not None:
@@ -1635,15 +1691,8 @@ class Retrieval(Strategy):
         the turns of both numberings), read back in one scan, a few large pages. A block is
         rewritten whenever a write reaches the next one, so it is never older than the
         numbering that makes it count (see ``_load_blocks``)."""
-        namespace = key.namespace(_KIND)
         where = {"order": {"$gte": _order(start), "$lt": _order(stop)}}
-        items: list[Item] = []
-        while True:
-            (page,) = yield [SearchOp(namespace, where, _LOAD_PAGE, len(items), None, False)]
-            assert isinstance(page, list)
-            items += [it for it in page if isinstance(it, Item)]
-            if len(page) < _LOAD_PAGE:
-                break
+        items = yield from self._pages_io(key.namespace(_KIND), where, refresh=False)
         groups: dict[int, list[Item]] = {first: [] for first in range(start, stop, _BLOCK)}
         for item in items:
             seq = item.value.get("seq")
@@ -1780,15 +1829,27 @@ class Retrieval(Strategy):
             assert mark is None or isinstance(mark, Item)
             lexical = yield from self._lexical_io(prefix, marks, thread, mark)
             ranked_uids: list[tuple[float, list[tuple[str, float | None]]]] = []
+            rough = False  # a dense result known only by a block's int8 codes
             if local:
                 assert lexical.vectors is not None and query_vector is not None
                 near = lexical.vectors.search(query_vector, c.per_ranking)
+                rough = any(uid in lexical.approximate for uid, _ in near)
                 ranked_uids.append((c.dense_weight, [(uid, score) for uid, score in near]))
             if c.ranking != "dense":
                 hits = lexical.index.search(query, c.per_ranking)
                 ranked_uids.append((1.0, [(uid, None) for uid, _ in hits]))
+            # the postings of index blocks are merged in the background once this first search
+            # from them is done (searches answer the same meanwhile)
+            lexical.index.consolidate()
             uids = {u for _, ranked in ranked_uids for u, _ in ranked}
             values = yield from self._values_io(lexical, uids)
+            if local and rough:
+                # results found by a block's int8 codes: their stored rows came with their
+                # values (``_values_io``), and rank them again
+                assert lexical.vectors is not None and query_vector is not None
+                exact = lexical.vectors.score(query_vector, [uid for uid, _ in near])
+                again = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
+                ranked_uids[0] = (c.dense_weight, [(uid, score) for uid, score in again])
             for weight, ranked in ranked_uids:
                 turns = [
                     self._held_turn(lexical, u, values[u], s) for u, s in ranked if u in values
@@ -1798,8 +1859,9 @@ class Retrieval(Strategy):
 
     def _values_io(self, lexical: _Lexical, uids: Collection[str]) -> _Io[dict[str, Any]]:
         """The stored values of ``uids``: held since they were indexed, or (turns loaded from
-        an index block) read now, in one batch, and kept. A turn no longer in the store
-        (expired, deleted) leaves the indexes and the results."""
+        an index block) read now, in one batch, and kept; their stored rows replace the block's
+        int8 codes in the dense index. A turn no longer in the store (expired, deleted) leaves
+        the indexes and the results."""
         values = lexical.values
         missing = [uid for uid in uids if uid not in values]
         if missing:
@@ -1808,11 +1870,17 @@ class Retrieval(Strategy):
             where = [uid.split("/", 5) for uid in missing]
             got = yield [GetOp(tuple(w[:5]), w[5], self._refresh_ttl) for w in where]
             with self._lock:
+                exact: list[tuple[str, dict[str, Any]]] = []
                 for uid, item in zip(missing, got, strict=True):
-                    if isinstance(item, Item):
-                        values[uid] = {k: v for k, v in item.value.items() if k != "vectors"}
-                    else:
+                    if not isinstance(item, Item):
                         lexical.forget(uid)
+                        continue
+                    values[uid] = {k: v for k, v in item.value.items() if k != "vectors"}
+                    if uid in lexical.approximate:  # the block's codes give way to the rows
+                        lexical.approximate.discard(uid)
+                        exact.append((uid, item.value))
+                if exact:
+                    lexical.refine(exact)
         return {uid: values[uid] for uid in uids if uid in values}
 
     def _lexical_io(
@@ -1838,8 +1906,8 @@ class Retrieval(Strategy):
             covered = 0
             if self.config.scope == "thread" and thread_mark is not None:
                 covered = yield from self._load_blocks(fresh, prefix, thread_mark[1])
-            where = {"order": {"$gte": _order(covered)}} if covered else None
-            yield from self._load(fresh, [(prefix, where)])
+            if not covered:  # (else the blocks' load read the turns after them)
+                yield from self._load(fresh, [(prefix, None)])
             fresh.marks, fresh.user_token = seen, token
             self._install(prefix, fresh)
             return fresh
@@ -1851,31 +1919,59 @@ class Retrieval(Strategy):
         return lexical
 
     def _load_blocks(self, lexical: _Lexical, prefix: tuple[str, ...], following: int) -> _Io[int]:
-        """Load the thread's index blocks into ``lexical``: those that chain from turn 0 and
-        count under the thread's numbering (the mark's ``following`` turn number: a block
-        counts when the turn after it was written, which rewrote it); returns the first turn
-        number they do not cover (the rest is read turn by turn)."""
+        """Load the thread's index blocks into ``lexical``, and the turns after them: the blocks
+        that chain from turn 0 and count under the thread's numbering (the mark's ``following``
+        turn number: a block counts when the turn after it was written, which rewrote it).
+        Returns the first turn number the blocks do not cover (0: none counts, and nothing was
+        loaded)."""
         blocks_ns = ("langmem_ext", _BLOCKS, *prefix[2:])
-        found: dict[int, _Block] = {}
-        offset = 0
-        while True:
-            (page,) = yield [SearchOp(blocks_ns, None, _PAGE, offset, None, self._refresh_ttl)]
-            assert isinstance(page, list)
-            for item in page:
-                block = _decode_block(item, self._local) if isinstance(item, Item) else None
-                if block is not None:
-                    found[block.first] = block
-            if len(page) < _PAGE:
-                break
-            offset += _PAGE
+        # every block that could count, by key: a get each, in one batch (no scan, no sort of
+        # megabytes of values by the store)
+        firsts = range(0, max(following - 1 - _BLOCK + 1, 0), _BLOCK)
+        if not firsts:
+            return 0
+        got = yield [GetOp(blocks_ns, _order(first), self._refresh_ttl) for first in firsts]
+        if not isinstance(got[0], Item):  # no block (turns written before they were kept)
+            return 0
+        if lexical.vectors is not None:  # the matrix's memory is touched while the turns after
+            sizes = [_block_rows(item) for item in got]  # the blocks are read and they decode
+            total = sum(rows for rows, _ in sizes)
+            if total:
+                dims = next(d for rows, d in sizes if rows)
+                room = total + total // 4 + 8 * _BLOCK
+                lexical.vectors.reserve(room, dims, prefault=min(total + 2 * _BLOCK, room))
+        hoped = len(firsts) * _BLOCK  # if every block counts
+        after = yield from self._pages_io(prefix, {"order": {"$gte": _order(hoped)}})
         chain: list[_Block] = []
-        while (block := found.get(len(chain) * _BLOCK)) is not None:
-            if block.first + _BLOCK > following - 1:
+        for first, item in zip(firsts, got, strict=True):
+            block = _decode_block(item, self._local) if isinstance(item, Item) else None
+            if block is None or block.first != first:
                 break
             chain.append(block)
-        if chain:
-            lexical.add_blocks(prefix, chain)
-        return len(chain) * _BLOCK
+        del got
+        if not chain:
+            return 0
+        lexical.add_blocks(prefix, chain)
+        covered = len(chain) * _BLOCK
+        if covered < hoped:  # a block missing or damaged: its turns are read one by one
+            where = {"order": {"$gte": _order(covered), "$lt": _order(hoped)}}
+            after = [*(yield from self._pages_io(prefix, where)), *after]
+        yield from self._add_io(lexical, after)
+        return covered
+
+    def _pages_io(
+        self, namespace: tuple[str, ...], where: dict[str, Any] | None, *, refresh: bool = True
+    ) -> _Io[list[Item]]:
+        """Every stored item under ``namespace`` that ``where`` keeps, in large pages (stores
+        page by OFFSET)."""
+        items: list[Item] = []
+        ttl = self._refresh_ttl if refresh else False
+        while True:
+            (page,) = yield [SearchOp(namespace, where, _LOAD_PAGE, len(items), None, ttl)]
+            assert isinstance(page, list)
+            items += [it for it in page if isinstance(it, Item)]
+            if len(page) < _LOAD_PAGE:
+                return items
 
     def _catch_up(
         self, prefix: tuple[str, ...], lexical: _Lexical, seen: dict[str, _Mark]
@@ -1928,14 +2024,13 @@ class Retrieval(Strategy):
         fetches: Sequence[tuple[tuple[str, ...], str]] = (),
     ) -> _Io[None]:
         """Add the stored turns under each (namespace prefix, filter) to ``lexical``, every
-        prefix's pages in one batch per round (large pages: stores page by OFFSET). Turns
-        stored without vectors (written before they were kept, or by a store-side index) are
-        embedded once, together, for a local dense index."""
+        prefix's pages in one batch per round (large pages: stores page by OFFSET), and those
+        of ``fetches`` (see ``_add_io``)."""
         pending = [(namespace, where, 0) for namespace, where in loads]
-        unembedded: list[Item] = []
+        loaded: list[Item] = []
         if fetches:  # the turns a mark listed: one get each, in one batch
             got = yield [GetOp(ns, k, self._refresh_ttl) for ns, k in fetches]
-            unembedded += lexical.add_many([it for it in got if isinstance(it, Item)])
+            loaded += [it for it in got if isinstance(it, Item)]
         while pending:
             ops: list[Op] = [
                 SearchOp(namespace, where, _LOAD_PAGE, offset, None, self._refresh_ttl)
@@ -1945,10 +2040,17 @@ class Retrieval(Strategy):
             more = []
             for (namespace, where, offset), page in zip(pending, pages, strict=True):
                 assert isinstance(page, list)
-                unembedded += lexical.add_many([it for it in page if isinstance(it, Item)])
+                loaded += [it for it in page if isinstance(it, Item)]
                 if len(page) == _LOAD_PAGE:
                     more.append((namespace, where, offset + _LOAD_PAGE))
             pending = more
+        yield from self._add_io(lexical, loaded)
+
+    def _add_io(self, lexical: _Lexical, items: Sequence[Item]) -> _Io[None]:
+        """Add stored turns to ``lexical``. Turns stored without vectors (written before they
+        were kept, or by a store-side index) are embedded once, together, for a local dense
+        index."""
+        unembedded = lexical.add_many(items) if items else []
         if unembedded:
             parts = [_parts_of(PutOp(it.namespace, it.key, it.value)) for it in unembedded]
             texts = tuple(dict.fromkeys(p for group in parts for p in group))
