@@ -37,6 +37,23 @@ _op = st.one_of(
 )
 
 
+def _play(loaded: BM25Index, built: BM25Index, kind: str, arg: Any) -> None:
+    """One step on both indexes: ``loaded`` takes loads as postings, ``built`` as texts; a
+    search must rank alike."""
+    if kind == "load":
+        loaded.add_postings([k for k, _ in arg], encode_postings(t for _, t in arg))
+        built.add_many(arg)
+    elif kind == "add":
+        loaded.add(*arg)
+        built.add(*arg)
+    elif kind == "remove":
+        loaded.remove(arg)
+        built.remove(arg)
+    else:
+        q = " ".join(arg)
+        assert loaded.search(q, 30) == built.search(q, 30)
+
+
 @settings(max_examples=300, deadline=None)
 @given(ops=st.lists(_op, max_size=25), last=st.lists(st.sampled_from(WORDS), min_size=1))
 def test_bm25_segments_rank_as_an_index_built_from_texts(
@@ -46,18 +63,7 @@ def test_bm25_segments_rank_as_an_index_built_from_texts(
     document frequency equals those of an index that was given the texts."""
     loaded, built = BM25Index(), BM25Index()
     for kind, arg in ops:
-        if kind == "load":
-            loaded.add_postings([k for k, _ in arg], encode_postings(t for _, t in arg))
-            built.add_many(arg)
-        elif kind == "add":
-            loaded.add(*arg)
-            built.add(*arg)
-        elif kind == "remove":
-            loaded.remove(arg)
-            built.remove(arg)
-        else:
-            q = " ".join(arg)
-            assert loaded.search(q, 30) == built.search(q, 30)
+        _play(loaded, built, kind, arg)
     assert len(loaded) == len(built)
     for word in WORDS:
         assert loaded.frequency(word) == built.frequency(word), word
@@ -184,18 +190,7 @@ def test_merging_loads_changes_no_search(
         if n == merge_at:
             loaded.consolidate(background=False)
             assert len(loaded._segments) <= 1
-        if kind == "load":
-            loaded.add_postings([k for k, _ in arg], encode_postings(t for _, t in arg))
-            built.add_many(arg)
-        elif kind == "add":
-            loaded.add(*arg)
-            built.add(*arg)
-        elif kind == "remove":
-            loaded.remove(arg)
-            built.remove(arg)
-        else:
-            q = " ".join(arg)
-            assert loaded.search(q, 30) == built.search(q, 30)
+        _play(loaded, built, kind, arg)
     loaded.consolidate(background=False)
     for word in WORDS:
         assert loaded.frequency(word) == built.frequency(word), word
