@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, SearchOp
@@ -276,6 +276,9 @@ steps = st.lists(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=steps, ranking=st.sampled_from(RANKINGS))
+# found by this property: a turn deleted from a block was the first query's best BM25 hit; it
+# left the index only after the search, whose statistics (and packing) still counted it
+@example(script=[("grow", 11, False), ("grow", 18, True), ("delete", 1, False)], ranking="bm25")
 def test_blocks_never_change_what_a_fresh_process_finds(
     script: list[tuple[str, int, bool]], ranking: str
 ) -> None:

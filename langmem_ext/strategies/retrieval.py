@@ -177,6 +177,8 @@ _LOAD_PAGE = 10_000
 _BLOCKS = "turn_blocks"
 #: turns per index block (a fresh process reads at most this many turns one by one)
 _BLOCK = 512
+#: searches of one query at most: again while a result turns out gone from the store
+_SEARCH_ROUNDS = 4
 #: the store classes whose own vector search scales (an ANN index in the database): their
 #: dense ranking stays in the store by default (``dense_index="store"``)
 _ANN_STORES = frozenset({"PostgresStore", "AsyncPostgresStore"})
@@ -920,6 +922,16 @@ def stored_vectors(stored: object) -> np.ndarray[Any, Any] | None:
     """The vectors stored with a turn (``item.value["vectors"]``: one row per message, float16
     in the store), as float32 rows; None when absent or unreadable. What the local dense index
     searches, for recomputing its scores. Takes the item's value or its ``"vectors"``."""
+    found = _stored_bytes(stored)
+    if found is None:
+        return None
+    dims, raw = found
+    return np.frombuffer(raw, dtype="<f2").reshape(-1, dims).astype(np.float32)
+
+
+def _stored_bytes(stored: object) -> tuple[int, bytes] | None:
+    """The dimensions and the float16 bytes of the vectors stored with a turn (its value or its
+    ``"vectors"``), checked; None when absent or unreadable."""
     if isinstance(stored, dict) and "vectors" in stored:
         stored = stored["vectors"]
     if not isinstance(stored, dict):
@@ -930,7 +942,7 @@ def stored_vectors(stored: object) -> np.ndarray[Any, Any] | None:
     raw = _b64decode(data)
     if not raw or len(raw) % (2 * dims):
         return None
-    return np.frombuffer(raw, dtype="<f2").reshape(-1, dims).astype(np.float32)
+    return dims, raw
 
 
 def _b64(array: np.ndarray[Any, Any]) -> str:
@@ -1147,11 +1159,8 @@ class _Lexical:
             self.index.add_postings(uids[at : at + len(block.keys)], block.postings)
             at += len(block.keys)
         if self.vectors is not None:
-            rows = [cast(np.ndarray, b.rows) for b in blocks]
+            rows = [cast(np.ndarray, b.rows) for b in blocks]  # (room reserved by the caller)
             counts = [cast(np.ndarray, b.counts) for b in blocks]
-            total = sum(len(r) for r in rows)
-            if total:  # room for the turns read after the blocks, and for a while after
-                self.vectors.reserve(total + total // 4 + 8 * _BLOCK, rows[0].shape[1])
             self.vectors.add_block(uids, rows, np.concatenate(counts))  # never joined
             at = 0
             for block in blocks:
@@ -1179,14 +1188,10 @@ class _Lexical:
         if not dims:
             return
         for uid, value in stored:
-            vectors = value.get("vectors")
-            if not isinstance(vectors, dict) or vectors.get("dims") != dims:
-                continue  # (the codes stay)
-            data = vectors.get("f16")
-            raw = _b64decode(data) if isinstance(data, str) else None
-            if raw and len(raw) % (2 * dims) == 0:
+            found = _stored_bytes(value)
+            if found is not None and found[0] == dims:  # (else the codes stay)
                 uids.append(uid)
-                raws.append(raw)
+                raws.append(found[1])
         if not uids:
             return
         rows = np.frombuffer(b"".join(raws), dtype="<f2").reshape(-1, dims)
@@ -1828,34 +1833,48 @@ class Retrieval(Strategy):
             mark = results[-1]
             assert mark is None or isinstance(mark, Item)
             lexical = yield from self._lexical_io(prefix, marks, thread, mark)
-            ranked_uids: list[tuple[float, list[tuple[str, float | None]]]] = []
-            rough = False  # a dense result known only by a block's int8 codes
-            if local:
-                assert lexical.vectors is not None and query_vector is not None
-                near = lexical.vectors.search(query_vector, c.per_ranking)
-                rough = any(uid in lexical.approximate for uid, _ in near)
-                ranked_uids.append((c.dense_weight, [(uid, score) for uid, score in near]))
-            if c.ranking != "dense":
-                hits = lexical.index.search(query, c.per_ranking)
-                ranked_uids.append((1.0, [(uid, None) for uid, _ in hits]))
-            # the postings of index blocks are merged in the background once this first search
-            # from them is done (searches answer the same meanwhile)
-            lexical.index.consolidate()
-            uids = {u for _, ranked in ranked_uids for u, _ in ranked}
-            values = yield from self._values_io(lexical, uids)
-            if local and rough:
-                # results found by a block's int8 codes: their stored rows came with their
-                # values (``_values_io``), and rank them again
-                assert lexical.vectors is not None and query_vector is not None
-                exact = lexical.vectors.score(query_vector, [uid for uid, _ in near])
-                again = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
-                ranked_uids[0] = (c.dense_weight, [(uid, score) for uid, score in again])
+            for _ in range(_SEARCH_ROUNDS):
+                ranked_uids, values = yield from self._ranked_io(lexical, query, query_vector)
+                if all(u in values for _, ranked in ranked_uids for u, _ in ranked):
+                    break
+                # a result was gone from the store (deleted, expired: it left the indexes); a
+                # search without it, whose statistics do not count it, ranks the rest
             for weight, ranked in ranked_uids:
                 turns = [
                     self._held_turn(lexical, u, values[u], s) for u, s in ranked if u in values
                 ]
                 rankings.append((weight, turns))
         return rankings
+
+    def _ranked_io(
+        self, lexical: _Lexical, query: str, query_vector: list[float] | None
+    ) -> _Io[tuple[list[tuple[float, list[tuple[str, float | None]]]], dict[str, Any]]]:
+        """The in-process rankings of ``query`` (dense and BM25, each with its fusion weight)
+        and the stored values of what they found (see ``_values_io``)."""
+        c = self.config
+        ranked_uids: list[tuple[float, list[tuple[str, float | None]]]] = []
+        near: list[tuple[str, float]] = []
+        if query_vector is not None:
+            assert lexical.vectors is not None
+            near = lexical.vectors.search(query_vector, c.per_ranking)
+            ranked_uids.append((c.dense_weight, [(uid, score) for uid, score in near]))
+        rough = any(uid in lexical.approximate for uid, _ in near)
+        if c.ranking != "dense":
+            hits = lexical.index.search(query, c.per_ranking)
+            ranked_uids.append((1.0, [(uid, None) for uid, _ in hits]))
+        # the postings of index blocks are merged in the background once this first search
+        # from them is done (searches answer the same meanwhile)
+        lexical.index.consolidate()
+        uids = {u for _, ranked in ranked_uids for u, _ in ranked}
+        values = yield from self._values_io(lexical, uids)
+        if rough:
+            # results found by a block's int8 codes: their stored rows came with their values
+            # (``_values_io``), and rank them again
+            assert lexical.vectors is not None and query_vector is not None
+            exact = lexical.vectors.score(query_vector, [uid for uid, _ in near])
+            again = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
+            ranked_uids[0] = (c.dense_weight, [(uid, score) for uid, score in again])
+        return ranked_uids, values
 
     def _values_io(self, lexical: _Lexical, uids: Collection[str]) -> _Io[dict[str, Any]]:
         """The stored values of ``uids``: held since they were indexed, or (turns loaded from
@@ -1938,6 +1957,7 @@ class Retrieval(Strategy):
             total = sum(rows for rows, _ in sizes)
             if total:
                 dims = next(d for rows, d in sizes if rows)
+                # room for the turns read after the blocks, and for a while after
                 room = total + total // 4 + 8 * _BLOCK
                 lexical.vectors.reserve(room, dims, prefault=min(total + 2 * _BLOCK, room))
         hoped = len(firsts) * _BLOCK  # if every block counts
