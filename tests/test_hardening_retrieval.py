@@ -96,7 +96,7 @@ def play(
 
 
 def bm25_uids(strategy: Retrieval) -> set[str]:
-    return {uid for lexical in strategy._lexicals.values() for uid in lexical.values}
+    return {uid for lexical in strategy._lexicals.values() for uid in lexical.turns}
 
 
 class RecordingStore(InMemoryStore):
@@ -150,7 +150,7 @@ def test_item5_thread_scope_sees_turns_another_worker_indexed(ranking: str, driv
     assert fact_uid in bm25_uids(a)
     if ranking == "bm25":  # (hybrid's dense half runs on a fake embedding here)
         assert "4471" in context(result)
-    assert a._lexicals[ANN.namespace("turns")].values.keys() == {
+    assert a._lexicals[ANN.namespace("turns")].turns.keys() == {
         "/".join((*item.namespace, item.key))
         for item in store.search(ANN.namespace("turns"), limit=1_000)
     }  # the index holds exactly what the store holds
@@ -232,13 +232,13 @@ def test_item5_a_turn_another_worker_completed_is_reloaded() -> None:
         if uid in bm25_uids(a):
             break
     assert MemoryState.coerce(state).indexed_turns == 0  # written unfinished
-    assert "PELICAN" not in a._lexicals[ANN.namespace("turns")].values[uid]["text"]
+    assert "PELICAN" not in a._lexicals[ANN.namespace("turns")].turns[uid].text
     for end in ends:  # B, to the end: the whole first turn is indexed again, same key and number
         state = b.apply(history[:end], state).state
     assert uid in bm25_uids(a)
     question = HumanMessage("what is the wifi password again?", id="q")
     result = a.apply([*history, question], state)
-    assert "PELICAN" in a._lexicals[ANN.namespace("turns")].values[uid]["text"]
+    assert "PELICAN" in a._lexicals[ANN.namespace("turns")].turns[uid].text
     assert "PELICAN-77" in context(result)
 
 
