@@ -463,6 +463,36 @@ def test_sqlite_store_blocks_survive_a_reopen(tmp_path: Any) -> None:
     assert got == reference and any("<turn" in a for a in got)
 
 
+def test_a_reopened_sqlite_store_reads_no_turn_by_scan(tmp_path: Any) -> None:
+    """On SqliteStore a scan of the thread filters every stored value with ``json_extract``:
+    a fresh process reads the blocks and the tail's turns by key, and answers as a reader of
+    every turn."""
+    from langgraph.store.sqlite import SqliteStore
+
+    class Recording(SqliteStore):
+        searched: list[SearchOp]
+
+        def batch(self, ops: Iterable[Op]) -> list[Result]:
+            ops = list(ops)
+            self.searched += [o for o in ops if isinstance(o, SearchOp)]
+            return super().batch(ops)
+
+    path = str(tmp_path / "turns.sqlite")
+    history, state = chat(0, 1_100), None
+    with SqliteStore.from_conn_string(path) as store:
+        store.setup()
+        writer = make(store, "bm25")
+        for end in range(600, 1_101, 100):
+            state = writer.apply(history[: 2 * end], state).state
+    assert state is not None and state.indexed_turns > 1_024
+    with SqliteStore.from_conn_string(path) as plain:
+        recording = Recording(plain.conn)
+        recording.searched = []
+        got = answers(make(recording, "bm25"), history, state)
+        assert [o for o in recording.searched if o.namespace_prefix == TURNS] == []
+        assert got == answers(make(HideBlocks(plain), "bm25"), history, state)
+
+
 def test_postgres_store_blocks(pg_schema_dsn: str) -> None:
     """PostgresStore (no index: the dense ranking is local) compares ``order`` as text too."""
     import psycopg
