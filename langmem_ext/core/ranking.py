@@ -448,7 +448,6 @@ class BM25Index:
                 return []
             slots = len(self._keys)
             average = self._total_length / n or 1.0
-            norm: Any = None
             scores: Any = None
             for term, qtf in terms.items():
                 postings = self._postings.get(term)
@@ -459,14 +458,14 @@ class BM25Index:
                 if not holding:
                     continue
                 if scores is None:
-                    lengths = self._lengths[:slots]
-                    norm = self.k1 * (1 - self.b + self.b * lengths / average)
                     scores = np.zeros(slots, dtype=np.float64)
                 idf = math.log(1.0 + (n - holding + 0.5) / (holding + 0.5))
                 for where, tf in parts:
                     if len(where):
+                        # the length norm of the postings' documents only (not of every slot)
+                        norm = self.k1 * (1 - self.b + self.b * self._lengths[where] / average)
                         # one posting per document and term: a plain fancy-index add is exact
-                        scores[where] += qtf * idf * tf * (self.k1 + 1) / (tf + norm[where])
+                        scores[where] += qtf * idf * tf * (self.k1 + 1) / (tf + norm)
             if scores is None:
                 return []
             for key in exclude:

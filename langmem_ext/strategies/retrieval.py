@@ -1977,35 +1977,40 @@ class Retrieval(Strategy):
             lexical = yield from self._lexical_io(prefix, marks, thread, mark)
             for _ in range(_SEARCH_ROUNDS):
                 ranked_uids, held = yield from self._ranked_io(lexical, query, query_vector)
-                if all(u in held for _, ranked in ranked_uids for u, _ in ranked):
+                if all(u in held for _, ranked, _ in ranked_uids for u, _ in ranked):
                     break
                 # a result was gone from the store (deleted, expired: it left the indexes); a
                 # search without it, whose statistics do not count it, ranks the rest
-            for weight, ranked in ranked_uids:
-                turns = [_scored(held[u], s) for u, s in ranked if u in held]
+            for weight, ranked, dense_scores in ranked_uids:
+                turns = [
+                    _scored(held[u], s) if dense_scores else held[u]  # (BM25: as held)
+                    for u, s in ranked
+                    if u in held
+                ]
                 rankings.append((weight, turns))
         return rankings
 
     def _ranked_io(
         self, lexical: _Lexical, query: str, query_vector: list[float] | None
-    ) -> _Io[tuple[list[tuple[float, Sequence[tuple[str, float | None]]]], dict[str, _Candidate]]]:
-        """The in-process rankings of ``query`` (dense and BM25, each with its fusion weight)
-        and the turns they found (see ``_held_io``)."""
+    ) -> _Io[tuple[list[tuple[float, Sequence[tuple[str, float]], bool]], dict[str, _Candidate]]]:
+        """The in-process rankings of ``query`` (dense and BM25, each with its fusion weight and
+        whether its scores are dense similarities) and the turns they found (``_held_io``)."""
         c = self.config
-        ranked_uids: list[tuple[float, Sequence[tuple[str, float | None]]]] = []
+        #: (fusion weight, (uid, score) best first, whether the scores are dense similarities)
+        ranked_uids: list[tuple[float, Sequence[tuple[str, float]], bool]] = []
         near: list[tuple[str, float]] = []
         if query_vector is not None:
             assert lexical.vectors is not None
             near = lexical.vectors.search(query_vector, c.per_ranking)
-            ranked_uids.append((c.dense_weight, near))
+            ranked_uids.append((c.dense_weight, near, True))
         rough = any(uid in lexical.approximate for uid, _ in near)
         if c.ranking != "dense":
             hits = lexical.index.search(query, c.per_ranking)
-            ranked_uids.append((1.0, [(uid, None) for uid, _ in hits]))
+            ranked_uids.append((1.0, hits, False))
         # the postings of index blocks are merged in the background once this first search
         # from them is done (searches answer the same meanwhile)
         lexical.index.consolidate()
-        uids = {u for _, ranked in ranked_uids for u, _ in ranked}
+        uids = {u for _, ranked, _ in ranked_uids for u, _ in ranked}
         held = yield from self._held_io(lexical, uids)
         if rough:
             # results found by a block's int8 codes: their stored rows came with their values
@@ -2013,7 +2018,7 @@ class Retrieval(Strategy):
             assert lexical.vectors is not None and query_vector is not None
             exact = lexical.vectors.score(query_vector, [uid for uid, _ in near])
             again = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
-            ranked_uids[0] = (c.dense_weight, [(uid, score) for uid, score in again])
+            ranked_uids[0] = (c.dense_weight, again, True)
         return ranked_uids, held
 
     def _held_io(self, lexical: _Lexical, uids: Collection[str]) -> _Io[dict[str, _Candidate]]:
