@@ -528,7 +528,12 @@ _ASKS_ASSISTANT = re.compile(r"\b(?:you|your|yours|you['’](?:d|ve|ll|re))\b", 
 
 def _user_words(parts: Sequence[str]) -> int:
     """How many words a turn's user message(s) have."""
-    return sum(len(p.split()) - 1 for p in parts if p.startswith("user: "))
+    return sum(_words(p) - 1 for p in parts if p.startswith("user: "))
+
+
+@functools.lru_cache(maxsize=4_096)
+def _words(part: str) -> int:
+    return len(part.split())
 
 
 def _compact(parts: Sequence[str], min_words: int, terms: frozenset[str]) -> str | None:
@@ -546,14 +551,22 @@ def _compact(parts: Sequence[str], min_words: int, terms: frozenset[str]) -> str
         if p in users:
             kept.append(p)
             continue
-        role, _, body = p.partition(": ")
-        sentences = _SENTENCE.split(body)
-        hits = [s for s in sentences if not terms.isdisjoint(tokenize(s))]
+        role, sentences = _sentences(p)
+        hits = [s for s, words in sentences if not terms.isdisjoint(words)]
         if len(hits) == len(sentences):
             kept.append(p)
         elif hits:
             kept.append(f"{role}: … " + " … ".join(hits))
     return None if kept == list(parts) else "\n".join(kept)
+
+
+@functools.lru_cache(maxsize=4_096)
+def _sentences(part: str) -> tuple[str, tuple[tuple[str, frozenset[str]], ...]]:
+    """A message part's role and its sentences, each with its words (``tokenize``): what
+    ``_compact`` matches against a query's terms. Cached: the turns a thread retrieves come
+    back turn after turn, each query with other terms."""
+    role, _, body = part.partition(": ")
+    return role, tuple((s, frozenset(tokenize(s))) for s in _SENTENCE.split(body))
 
 
 @functools.lru_cache(maxsize=8_192)
@@ -2378,6 +2391,9 @@ class Retrieval(Strategy):
             return [], None
         compact = self.config.compact and not _ASKS_ASSISTANT.search(query)
         terms = frozenset(tokenize(query)) if compact else None
+        # a counter's cheap lower bound (``TiktokenCounter.tokens_at_least``) skips a block that
+        # cannot fit without counting it: most of the candidates come after the room is spent
+        at_least: Callable[[str], int] = getattr(self.counter, "tokens_at_least", _no_bound)
         chosen: list[tuple[_Candidate, str]] = []
         for c in picked:
             # a short follow-up ("it's my staff number"), or the answer to a question the turn
@@ -2393,6 +2409,8 @@ class Retrieval(Strategy):
             for with_prev in (True, False) if follow else (False,):
                 # the turn before never costs the result its place: without it, if need be
                 block = _block(c, with_prev=with_prev, terms=terms)
+                if used + at_least(block) > budget:
+                    continue
                 cost = self.counter.count_text(block + "\n")
                 if used + cost <= budget:
                     chosen.append((c, block))
@@ -2447,6 +2465,10 @@ class Retrieval(Strategy):
             retrieved_tokens=cost,
         )
         return MemoryResult(view, state, report)
+
+
+def _no_bound(text: str) -> int:
+    return 0
 
 
 def _passages_of(index: int, name: str, documents: Sequence[Document]) -> list[_Candidate]:
