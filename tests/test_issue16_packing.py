@@ -1,16 +1,19 @@
-"""Packing the retrieved context cheaply: ``TiktokenCounter.tokens_at_least`` is a true lower
-bound of ``count_text``, and ``Retrieval`` skips by it only what could not fit (the context is
-the same, with fewer texts encoded)."""
+"""Per-turn costs of retrieval: ``TiktokenCounter.tokens_at_least`` is a true lower bound of
+``count_text``, and ``Retrieval`` skips by it only what could not fit (the context is the same,
+with fewer texts encoded); an agent loop's request is embedded once for all its tool rounds."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.store.memory import InMemoryStore
+from pydantic import Field
 
 from langmem_ext import MemoryKey, Retrieval, TiktokenCounter, TokenBudget
 
@@ -122,3 +125,71 @@ def test_skipping_by_the_bound_packs_the_same_context_with_fewer_texts_counted(
     assert views[True] == views[False]
     assert any(len(v) > 0 for v in views[True])
     assert 2 * counted[True] < counted[False], counted
+
+
+class _CountingEmbeddings(DeterministicFakeEmbedding):
+    """Counts the queries embedded (sync and async)."""
+
+    queries: list[str] = Field(default_factory=list)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        return super().embed_query(text)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        return super().embed_query(text)
+
+
+def _agent_loop(request: str, rounds: int) -> list[list[BaseMessage]]:
+    """The message lists an agent loop sends: one request, then ``rounds`` tool rounds."""
+    history: list[BaseMessage] = []
+    for i in range(30):  # an earlier conversation, long enough to have evicted turns
+        history += [
+            HumanMessage(f"Earlier topic {i}: the harbour, the boats and the sea", id=f"h{i}"),
+            AIMessage(f"Noted ({i}): boats, harbour, sea and weather " * 6, id=f"a{i}"),
+        ]
+    history.append(HumanMessage(request, id="request"))
+    views = [list(history)]
+    for r in range(rounds):
+        call = {"name": "search", "args": {"q": f"step {r}"}, "id": f"c{r}"}
+        history += [
+            AIMessage("", tool_calls=[call], id=f"call{r}"),
+            ToolMessage(f"result {r}: nothing about boats", tool_call_id=f"c{r}", id=f"t{r}"),
+        ]
+        views.append(list(history))
+    return views
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_an_agent_loop_embeds_its_request_once_and_a_new_request_again(run_async: bool) -> None:
+    embeddings = _CountingEmbeddings(size=16)
+    strategy = Retrieval(
+        TokenBudget(700, counter=TiktokenCounter(encoding="cl100k_base")),
+        store=InMemoryStore(),
+        embeddings=embeddings,
+        max_retrieved_tokens=200,
+        gate="always",
+        key=KEY,
+    )
+    request = "What did we say about the boats in the harbour?"
+    state = None
+    searched = []
+    for messages in _agent_loop(request, rounds=12):
+        if run_async:
+            result = asyncio.run(strategy.aapply(messages, state))
+        else:
+            result = strategy.apply(messages, state)
+        state = result.state
+        searched.append(result.report.retrieved)
+    assert embeddings.queries == [request]  # 13 searches, one embedding
+    assert any(searched)
+    # a new request is embedded; the vectors of the last 32 are remembered, no more
+    for i in range(40):
+        strategy.apply([HumanMessage(f"question number {i} about boats", id="q")], state)
+    assert len(embeddings.queries) == 41
+    strategy.apply([HumanMessage("question number 39 about boats", id="q")], state)
+    assert len(embeddings.queries) == 41
+    strategy.apply([HumanMessage("question number 0 about boats", id="q")], state)
+    assert len(embeddings.queries) == 42
+    assert len(strategy._query_vectors) == 32

@@ -158,6 +158,8 @@ DENSE_WEIGHT = 2.0
 #: as that message and the reply's sentences that share a word with the query (measured on CRI:
 #: bench/retrieval.py)
 _COMPACT_WORDS = 8
+#: query vectors a Retrieval remembers (``Retrieval._query_vector``)
+_QUERY_VECTORS = 32
 #: compact packing: a retrieved turn whose user message (under this many words) answers a
 #: question the turn before ended with comes with that turn (measured on CRI and the planted
 #: data: 12 to 20 words give the same figures, 30 loses CRI facts)
@@ -1505,6 +1507,9 @@ class Retrieval(Strategy):
         ttl = store.ttl_config
         self._refresh_ttl = bool(ttl.get("refresh_on_read", True)) if ttl else True
         self._lexicals: OrderedDict[tuple[str, ...], _Lexical] = OrderedDict()
+        #: the last queries' vectors: an agent loop asks its one request again on every tool
+        #: round, and a hosted embedding model would be paid (and waited for) each time
+        self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -1930,7 +1935,7 @@ class Retrieval(Strategy):
         thread = key.labels()[2]
         dense = c.ranking != "bm25"
         local = dense and self._local  # the dense ranking runs in process
-        query_vector = (yield _Embed((query,), query=True)) if local else None
+        query_vector = (yield from self._query_vector(query)) if local else None
         facts_prefix = key.namespace(_FACTS, scope="session" if c.scope == "thread" else "user")
         # the facts: few (lines of summaries); ranked by the store (dense), or here: by their
         # stored vectors (a local dense index: the query is embedded once) or by BM25
@@ -2002,6 +2007,21 @@ class Retrieval(Strategy):
                 ]
                 rankings.append((weight, turns))
         return rankings
+
+    def _query_vector(self, query: str) -> _Io[list[float]]:
+        """The query's embedding: remembered for the last ``_QUERY_VECTORS`` queries (the same
+        text, the same model: the same vector)."""
+        with self._lock:
+            vector = self._query_vectors.get(query)
+            if vector is not None:
+                self._query_vectors.move_to_end(query)
+                return vector
+        vector = cast("list[float]", (yield _Embed((query,), query=True)))
+        with self._lock:
+            self._query_vectors[query] = vector
+            while len(self._query_vectors) > _QUERY_VECTORS:
+                self._query_vectors.popitem(last=False)
+        return vector
 
     def _ranked_io(
         self, lexical: _Lexical, query: str, query_vector: list[float] | None
