@@ -90,9 +90,11 @@ import binascii
 import concurrent.futures
 import functools
 import hashlib
+import logging
 import math
 import re
 import threading
+import time
 import uuid
 import warnings
 from collections import OrderedDict
@@ -152,6 +154,8 @@ DenseIndex = Literal["local", "store"]
 Scope = Literal["thread", "user"]
 Source = BaseRetriever | VectorStore
 #: Retrieval's fusion defaults (see ``rrf_k`` / ``dense_weight``)
+logger = logging.getLogger("langmem_ext")
+
 RRF_K = 5
 DENSE_WEIGHT = 2.0
 #: compact packing: a retrieved turn whose user message has at least this many words comes back
@@ -160,6 +164,10 @@ DENSE_WEIGHT = 2.0
 _COMPACT_WORDS = 8
 #: query vectors a Retrieval remembers (``Retrieval._query_vector``)
 _QUERY_VECTORS = 32
+#: ``prefetch_embeddings``: the view's oldest messages embedded ahead after a call, at most
+_PREFETCH_MESSAGES = 8
+#: ``prefetch_embeddings``: texts whose vectors wait for their turn to leave the view, at most
+_PREFETCHED = 1_024
 #: compact packing: a retrieved turn whose user message (under this many words) answers a
 #: question the turn before ended with comes with that turn (measured on CRI and the planted
 #: data: 12 to 20 words give the same figures, 30 loses CRI facts)
@@ -1335,6 +1343,8 @@ class _Indexing(NamedTuple):
     state: MemoryState
     complete: int
     shown: set[str]
+    #: the oldest position the view shows (``len(messages)`` when none)
+    kept_from: int
 
 
 _PARTS = ("tenant", "user", "session")
@@ -1425,6 +1435,14 @@ class Retrieval(Strategy):
             loads it from the thread's index blocks (see the module notes). ``"store"``: the
             store embeds and searches (``PostgresStore`` with pgvector: its HNSW index scales
             past one process's memory). The store stays the source of truth either way.
+        prefetch_embeddings: embed turns before they leave the view, off the caller's path
+            (local dense index only). After each call, the view's oldest messages (at most
+            8) are embedded in a worker thread, while the caller talks to its model; the call
+            whose view they leave then finds their vectors ready instead of embedding them
+            (25 ms a turn with the bundled MiniLM on 2 cores, see ``bench/results/scale.md``).
+            Vectors are the same either way: a text missing from the cache (or whose
+            embedding failed in the background) is embedded in the call, as without it.
+            ``flush()`` / ``aflush()`` also wait for these embeddings. Off by default.
 
     Every parameter is checked here (:class:`RetrievalConfig`, kept as ``config``), with an
     error that names it: a bad value never waits for the first turn.
@@ -1459,6 +1477,7 @@ class Retrieval(Strategy):
         embeddings: Embeddings | None = None,
         dense_index: DenseIndex | None = None,
         max_tokens: int | None = None,
+        prefetch_embeddings: bool = False,
     ) -> None:
         _check_inner(inner)
         _check_store(store)
@@ -1496,6 +1515,22 @@ class Retrieval(Strategy):
                 "whose index has an embedding model"
             )
         _check_room(inner, budget_name, budget)
+        if not isinstance(prefetch_embeddings, bool):
+            raise TypeError(
+                f"Retrieval: prefetch_embeddings must be True or False, got {prefetch_embeddings!r}"
+            )
+        if prefetch_embeddings and self._embeddings is None:
+            raise ValueError(
+                "Retrieval: prefetch_embeddings=True needs a local dense index (dense_index="
+                "'local' with embeddings): with dense_index='store' or BM25-only ranking, "
+                "Retrieval embeds nothing itself"
+            )
+        #: the view's oldest messages embedded ahead, off the caller's path (None: off)
+        self._prefetch = (
+            _Prefetch(self._embeddings)
+            if prefetch_embeddings and self._embeddings is not None
+            else None
+        )
         self.inner = inner
         self.store = store
         self.counter = inner.counter
@@ -1574,6 +1609,8 @@ class Retrieval(Strategy):
         indexing = self._indexing(messages, inner, who, now)
         written = yield from self._write(indexing.ops, who)
         after, count = (indexing.state, indexing.complete) if written else (inner.state, 0)
+        # the view's oldest messages, embedded ahead once this call is done (not declined)
+        upcoming = _upcoming(messages, indexing.kept_from) if written and self._prefetch else []
         in_summary = _summary_facts(inner.state)
         if in_summary and inner.state.summary != state.summary:  # a fold: new facts, maybe
             facts = self._fact_writes(_summary_facts(state), in_summary, who, now)
@@ -1581,7 +1618,7 @@ class Retrieval(Strategy):
                 yield _StoreFlow(self.store, self._facts_io(facts), True, self._embeddings)
         query = self._query(messages)
         if query is None:
-            return self._compose(inner, after, [], (), count)
+            return self._prefetched(self._compose(inner, after, [], (), count), upcoming)
         c = self.config
         turns, outcomes = yield _Together(
             _StoreFlow(self.store, self._turns_io(query, who), embeddings=self._embeddings),
@@ -1592,7 +1629,37 @@ class Retrieval(Strategy):
         passages, errors = self._passages(outcomes)
         # a fact the view's summary still shows is not retrieved again
         picked = self._fuse(turns, passages, indexing.shown | set(in_summary))
-        return self._compose(inner, after, picked, errors, count, query)
+        return self._prefetched(self._compose(inner, after, picked, errors, count, query), upcoming)
+
+    def _prefetched(self, result: MemoryResult, upcoming: list[str]) -> MemoryResult:
+        """``result``, once the embedding of ``upcoming`` (``prefetch_embeddings``) started: last,
+        so that it runs while the caller talks to its model, not during this call's search."""
+        if upcoming and self._prefetch is not None:
+            self._prefetch.start(upcoming)
+        return result
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait (at most ``timeout`` seconds) for the background folds and, with
+        ``prefetch_embeddings``, the embeddings started ahead; how many are still running."""
+        started = time.monotonic()
+        running = super().flush(timeout)
+        if self._prefetch is None:
+            return running
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return running + self._prefetch.wait(left)
+
+    async def aflush(self, timeout: float | None = None) -> int:
+        """Async :meth:`flush`: awaits without blocking the event loop."""
+        started = time.monotonic()
+        running = await super().aflush(timeout)
+        if self._prefetch is None:
+            return running
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        futures = [asyncio.wrap_future(f) for f in self._prefetch.running()]
+        if not futures:
+            return running
+        _, pending = await asyncio.wait(futures, timeout=left)
+        return running + len(pending)
 
     def _notify(
         self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
@@ -1645,7 +1712,7 @@ class Retrieval(Strategy):
         first_kept, shown = self._shown(messages, result.messages, start, keys)
         groups = _turn_groups(messages, start, first_kept)
         if not groups:
-            return _Indexing([], state, 0, shown)
+            return _Indexing([], state, 0, shown, first_kept)
         # the last group is unfinished when the view starts inside its turn: index what left,
         # and index it again (same key) once the rest of the turn has left too
         unfinished = first_kept < n and not isinstance(messages[first_kept], HumanMessage)
@@ -1672,7 +1739,7 @@ class Retrieval(Strategy):
             indexed_key=key_at(messages, watermark - 1) if watermark > body_start else None,
             indexed_turns=first_seq + complete,
         )
-        return _Indexing(ops, moved, complete, shown)
+        return _Indexing(ops, moved, complete, shown, first_kept)
 
     def _turn_write(
         self,
@@ -1783,7 +1850,10 @@ class Retrieval(Strategy):
         read-only call declines them). Written turns join this process's BM25 indexes."""
         if not ops:
             return True
-        flow = _StoreFlow(self.store, self._write_io(ops, key), True, self._embeddings)
+        embeddings = self._embeddings
+        if self._prefetch is not None and embeddings is not None:
+            embeddings = _Prefetched(embeddings, self._prefetch)
+        flow = _StoreFlow(self.store, self._write_io(ops, key), True, embeddings)
         written = yield flow
         if written is DECLINED:
             return False
@@ -2485,6 +2555,118 @@ class Retrieval(Strategy):
             retrieved_tokens=cost,
         )
         return MemoryResult(view, state, report)
+
+
+def _upcoming(messages: Sequence[BaseMessage], kept_from: int) -> list[str]:
+    """The texts the next calls are likeliest to index: the parts (``_parts``) of the view's
+    oldest messages (not system messages), at most ``_PREFETCH_MESSAGES``, never the newest two
+    (the request and what answers it stay in view longest)."""
+    end = min(kept_from + _PREFETCH_MESSAGES, len(messages) - 2)
+    return _parts([m for m in messages[kept_from:end] if not is_system(m)])
+
+
+class _Prefetch:
+    """Vectors embedded ahead (``prefetch_embeddings``) by one worker thread, kept until the
+    call that indexes their turn takes them (at most ``_PREFETCHED`` texts, oldest dropped).
+    A failure is only logged: the call embeds the text itself, as without prefetching."""
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.embeddings = embeddings
+        self._vectors: OrderedDict[str, list[float]] = OrderedDict()
+        self._pending: set[str] = set()
+        self._futures: set[concurrent.futures.Future[None]] = set()
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        #: texts embedded ahead / taken by a call / embeddings that failed (for tests, benches)
+        self.embedded = self.taken = self.failures = 0
+
+    def start(self, texts: Sequence[str]) -> None:
+        with self._lock:
+            missing = tuple(
+                t for t in dict.fromkeys(texts) if t not in self._vectors and t not in self._pending
+            )
+            if not missing:
+                return
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="langmem_ext-prefetch"
+                )
+            self._pending.update(missing)
+            future = self._executor.submit(self._embed, missing)
+            self._futures.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    def _embed(self, texts: tuple[str, ...]) -> None:
+        try:
+            vectors = self.embeddings.embed_documents(list(texts))
+            if len(vectors) != len(texts):
+                raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
+        except Exception as exc:  # the call that needs them embeds them itself
+            logger.debug("langmem_ext: embedding ahead failed: %r", exc)
+            with self._lock:
+                self._pending.difference_update(texts)
+                self.failures += 1
+            return
+        with self._lock:
+            self._pending.difference_update(texts)
+            self._vectors.update(zip(texts, (list(v) for v in vectors), strict=True))
+            self.embedded += len(texts)
+            while len(self._vectors) > _PREFETCHED:
+                self._vectors.popitem(last=False)
+
+    def take(self, texts: Sequence[str]) -> dict[str, list[float]]:
+        """The vectors ready for ``texts`` (each handed out once: its turn is being indexed)."""
+        with self._lock:
+            found = {t: v for t in texts if (v := self._vectors.pop(t, None)) is not None}
+            self.taken += len(found)
+            return found
+
+    def running(self) -> list[concurrent.futures.Future[None]]:
+        with self._lock:
+            return list(self._futures)
+
+    def wait(self, timeout: float | None) -> int:
+        running = self.running()
+        if not running:
+            return 0
+        _, pending = concurrent.futures.wait(running, timeout=timeout)
+        return len(pending)
+
+
+class _Prefetched(Embeddings):
+    """``inner``, answering documents from the vectors embedded ahead where it can."""
+
+    def __init__(self, inner: Embeddings, prefetch: _Prefetch) -> None:
+        self.inner = inner
+        self.prefetch = prefetch
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        ready = self.prefetch.take(texts)
+        missing = [t for t in texts if t not in ready]
+        fresh = (
+            dict(zip(missing, self.inner.embed_documents(missing), strict=True)) if missing else {}
+        )
+        return [ready[t] if t in ready else fresh[t] for t in texts]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        ready = self.prefetch.take(texts)
+        missing = [t for t in texts if t not in ready]
+        fresh = (
+            dict(zip(missing, await self.inner.aembed_documents(missing), strict=True))
+            if missing
+            else {}
+        )
+        return [ready[t] if t in ready else fresh[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return await self.inner.aembed_query(text)
 
 
 def _no_bound(text: str) -> int:
