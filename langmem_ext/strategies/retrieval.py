@@ -153,9 +153,9 @@ Gate = Literal["auto", "always"] | Callable[[str], bool]
 DenseIndex = Literal["local", "store"]
 Scope = Literal["thread", "user"]
 Source = BaseRetriever | VectorStore
-#: Retrieval's fusion defaults (see ``rrf_k`` / ``dense_weight``)
 logger = logging.getLogger("langmem_ext")
 
+#: Retrieval's fusion defaults (see ``rrf_k`` / ``dense_weight``)
 RRF_K = 5
 DENSE_WEIGHT = 2.0
 #: compact packing: a retrieved turn whose user message has at least this many words comes back
@@ -1439,7 +1439,7 @@ class Retrieval(Strategy):
             (local dense index only). After each call, the view's oldest messages (at most
             8) are embedded in a worker thread, while the caller talks to its model; the call
             whose view they leave then finds their vectors ready instead of embedding them
-            (25 ms a turn with the bundled MiniLM on 2 cores, see ``bench/results/scale.md``).
+            (about 25 ms a turn with the bundled MiniLM on 2 cores, ``bench/results/scale.md``).
             Vectors are the same either way: a text missing from the cache (or whose
             embedding failed in the background) is embedded in the call, as without it.
             ``flush()`` / ``aflush()`` also wait for these embeddings. Off by default.
