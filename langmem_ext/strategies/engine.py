@@ -270,17 +270,21 @@ class Strategy(ABC):
         """Wait until every background fold of this strategy has finished (at most ``timeout``
         seconds); their results are adopted by the next call of their conversation. Returns how
         many are still running (0 when all finished)."""
-        running = [job.future for job in _jobs_of(self).all()]
-        _, pending = concurrent.futures.wait(running, timeout=timeout)
+        _, pending = concurrent.futures.wait(self._background_work(), timeout=timeout)
         return len(pending)
 
     async def aflush(self, timeout: float | None = None) -> int:
         """Async :meth:`flush`: awaits the background folds without blocking the event loop."""
-        running = [asyncio.wrap_future(job.future) for job in _jobs_of(self).all()]
+        running = [asyncio.wrap_future(future) for future in self._background_work()]
         if not running:
             return 0
         _, pending = await asyncio.wait(running, timeout=timeout)
         return len(pending)
+
+    def _background_work(self) -> list[concurrent.futures.Future[Any]]:
+        """What ``flush`` waits for: the running background folds (a strategy that starts other
+        work of its own adds it)."""
+        return [job.future for job in _jobs_of(self).all()]
 
     def _inline_summarizer(self) -> Summarizer:
         """The summarizer of a fold: in background mode it makes one attempt (a call that

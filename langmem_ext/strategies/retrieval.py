@@ -94,7 +94,6 @@ import logging
 import math
 import re
 import threading
-import time
 import uuid
 import warnings
 from collections import OrderedDict
@@ -1638,28 +1637,11 @@ class Retrieval(Strategy):
             self._prefetch.start(upcoming)
         return result
 
-    def flush(self, timeout: float | None = None) -> int:
-        """Wait (at most ``timeout`` seconds) for the background folds and, with
-        ``prefetch_embeddings``, the embeddings started ahead; how many are still running."""
-        started = time.monotonic()
-        running = super().flush(timeout)
-        if self._prefetch is None:
-            return running
-        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return running + self._prefetch.wait(left)
-
-    async def aflush(self, timeout: float | None = None) -> int:
-        """Async :meth:`flush`: awaits without blocking the event loop."""
-        started = time.monotonic()
-        running = await super().aflush(timeout)
-        if self._prefetch is None:
-            return running
-        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        futures = [asyncio.wrap_future(f) for f in self._prefetch.running()]
-        if not futures:
-            return running
-        _, pending = await asyncio.wait(futures, timeout=left)
-        return running + len(pending)
+    def _background_work(self) -> list[concurrent.futures.Future[Any]]:
+        """The background folds and, with ``prefetch_embeddings``, the embeddings started ahead
+        (``flush`` / ``aflush`` wait for both)."""
+        ahead = self._prefetch.running() if self._prefetch is not None else []
+        return [*super()._background_work(), *ahead]
 
     def _notify(
         self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
@@ -2629,13 +2611,6 @@ class _Prefetch:
         with self._lock:
             return list(self._futures)
 
-    def wait(self, timeout: float | None) -> int:
-        running = self.running()
-        if not running:
-            return 0
-        _, pending = concurrent.futures.wait(running, timeout=timeout)
-        return len(pending)
-
 
 class _Prefetched(Embeddings):
     """``inner``, answering documents from the vectors embedded ahead where it can."""
@@ -2645,28 +2620,37 @@ class _Prefetched(Embeddings):
         self.prefetch = prefetch
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        ready = self.prefetch.take(texts)
-        missing = [t for t in texts if t not in ready]
-        fresh = (
-            dict(zip(missing, self.inner.embed_documents(missing), strict=True)) if missing else {}
+        ready, missing = self._split(texts)
+        return _joined(
+            texts, ready, missing, self.inner.embed_documents(missing) if missing else []
         )
-        return [ready[t] if t in ready else fresh[t] for t in texts]
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        ready, missing = self._split(texts)
+        fresh = await self.inner.aembed_documents(missing) if missing else []
+        return _joined(texts, ready, missing, fresh)
+
+    def _split(self, texts: list[str]) -> tuple[dict[str, list[float]], list[str]]:
+        """The vectors ready for ``texts``, and the texts still to embed."""
         ready = self.prefetch.take(texts)
-        missing = [t for t in texts if t not in ready]
-        fresh = (
-            dict(zip(missing, await self.inner.aembed_documents(missing), strict=True))
-            if missing
-            else {}
-        )
-        return [ready[t] if t in ready else fresh[t] for t in texts]
+        return ready, [t for t in texts if t not in ready]
 
     def embed_query(self, text: str) -> list[float]:
         return self.inner.embed_query(text)
 
     async def aembed_query(self, text: str) -> list[float]:
         return await self.inner.aembed_query(text)
+
+
+def _joined(
+    texts: Sequence[str],
+    ready: dict[str, list[float]],
+    missing: Sequence[str],
+    fresh: Sequence[list[float]],
+) -> list[list[float]]:
+    """The vectors of ``texts``, in order: ``ready`` ones and those just made for ``missing``."""
+    made = dict(zip(missing, fresh, strict=True))
+    return [ready[t] if t in ready else made[t] for t in texts]
 
 
 def _no_bound(text: str) -> int:
