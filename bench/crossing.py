@@ -20,8 +20,9 @@ Two rhythms: **spaced**, turns at least ``gap`` (3 s) apart, the chat case (a ca
 ``gap`` only while a background fold is running: nothing else happens between calls, so the
 wait changes nothing for the others and the run stays short); and **tight**, calls back to back
 (an agent loop), where the crossing call may have to wait for the background fold. A third run
-uses a summarizer that always times out after ``delay``: how long the crossing call takes with
-retries inline (``Summarizer(max_attempts=3)``) versus one attempt in background mode.
+uses a summarizer that always times out after ``delay``: how long the crossing call takes folding
+inline (one attempt per call, the default), with the Summarizer's retries in the call
+(``retry_in_call=True``, ``Summarizer(max_attempts=3)``), and in background mode.
 
 Figures: per call, the latency (ms); the crossing calls are those whose view was over the trigger
 (the anchors: a call that called the model; langmem_ext: a call that folded or adopted a fold, or
@@ -133,7 +134,9 @@ class Tool:
     busy: Callable[[], bool] = lambda: False
 
 
-def _langmem_ext(config: CrossingConfig, *, background: bool, fail: bool = False) -> Tool:
+def _langmem_ext(
+    config: CrossingConfig, *, background: bool, fail: bool = False, retry_in_call: bool = False
+) -> Tool:
     model = SlowChat(delay=config.delay, summary=_summary_text(config.max_summary_tokens // 2),
                      fail=fail)  # fmt: skip
     summarizer = Summarizer(model, max_summary_tokens=config.max_summary_tokens, timeout=None,
@@ -143,6 +146,7 @@ def _langmem_ext(config: CrossingConfig, *, background: bool, fail: bool = False
         summarizer=summarizer,
         counter=ApproximateCounter(),
         prefetch_tokens=int(config.budget * config.prefetch_ratio) if background else None,
+        retry_in_call=retry_in_call,
     )
     state: list[Any] = [None]
     crossed = [False]
@@ -162,6 +166,8 @@ def _langmem_ext(config: CrossingConfig, *, background: bool, fail: bool = False
         return strategy.flush(timeout=0) > 0
 
     label = "langmem_ext SummaryBuffer" + (" + prefetch (background)" if background else "")
+    if retry_in_call:
+        label += " (retry_in_call=True)"
     return Tool(label, model, step, lambda: crossed[0], busy)
 
 
@@ -250,11 +256,12 @@ def run_tool(tool: Tool, added: list[list[BaseMessage]], gap: float | None) -> d
 
 
 def _failing(config: CrossingConfig) -> list[dict[str, Any]]:
-    """A summarizer that always times out: the crossing call's time with retries inline, and in
-    background mode (one attempt inline; the background job retries off the critical path)."""
+    """A summarizer that always times out: the crossing call's time folding inline (one attempt
+    per call, the default), with the Summarizer's retries in the call (``retry_in_call``), and in
+    background mode (at most one attempt waited for; later attempts on later calls)."""
     rows = []
-    for background in (False, True):
-        tool = _langmem_ext(config, background=background, fail=True)
+    for background, retry_in_call in ((False, False), (False, True), (True, False)):
+        tool = _langmem_ext(config, background=background, fail=True, retry_in_call=retry_in_call)
         history: list[BaseMessage] = []
         seconds: list[float] = []
         attempts: list[int] = []

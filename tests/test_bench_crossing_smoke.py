@@ -22,8 +22,11 @@ def test_crossing_quick_run_fills_every_section(tmp_path: Path) -> None:
         delay_ms = results["meta"]["config"]["delay"] * 1_000
         assert inline["p50"] >= delay_ms  # an inline fold waits for the model
     failing = {row["tool"]: row["attempts"] for row in results["failing"]}
-    # inline with retries: the crossing call makes every attempt; background mode: at most one
-    assert max(failing["langmem_ext SummaryBuffer"]) == 3
+    # retries in the call: the crossing call makes every attempt; inline by default and in
+    # background mode: at most one
+    assert max(failing["langmem_ext SummaryBuffer (retry_in_call=True)"]) == 3
+    inline = failing["langmem_ext SummaryBuffer"]
+    assert len(inline) == results["meta"]["config"]["failing_calls"] and max(inline) == 1
     background = failing["langmem_ext SummaryBuffer + prefetch (background)"]
     assert background and max(background) <= 1
     assert "A summarizer that always times out" in (tmp_path / "crossing_quick.md").read_text()

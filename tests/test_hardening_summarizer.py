@@ -597,13 +597,16 @@ async def test_item10_a_window_smaller_than_the_floor_fails_with_a_clear_error(m
 
 
 @over_the_wire
+@pytest.mark.parametrize("retry_in_call", [False, True], ids=["one-attempt", "retry-in-call"])
 async def test_item10_a_context_length_400_over_the_wire_shrinks_and_loses_nothing(
-    llm_server: FakeLLMServer, provider: str, mode: str
+    llm_server: FakeLLMServer, provider: str, mode: str, retry_in_call: bool
 ) -> None:
+    """Halving is not a retry: with one attempt per call (the default) as with the retries in
+    the call, the refused batch is halved and the fold succeeds in the same call."""
     summarizer = fast(
         make_model(provider, llm_server), max_summary_tokens=100, max_input_tokens=3_000
     )
-    strategy = make_buffer(summarizer)
+    strategy = make_buffer(summarizer, retry_in_call=retry_in_call)
     messages = history(61)
     llm_server.context_limit = 700  # about 2,800 characters: a full 3,000-token call is refused
     result = await run(strategy, mode, messages)

@@ -988,12 +988,19 @@ def _always_failing(calls: list[tuple[bool, float]], clock: Clock) -> Callable[.
     return model
 
 
-@pytest.mark.parametrize("background", [True, False], ids=["prefetch", "no-prefetch"])
-def test_failing_summarizer_costs_the_crossing_call_one_attempt(background: bool) -> None:
-    """(c) A summarizer that fails every time (transient errors, max_attempts=3): in background
-    mode the call that crosses the trigger makes ONE attempt (without prefetch_tokens, the
-    control, it makes 3); health goes to retrying, and later attempts follow retry_at: none
-    before it, one at or after it, the wait doubling, degraded after degrade_after failures."""
+@pytest.mark.parametrize(
+    ("background", "retry_in_call"),
+    [(True, False), (False, False), (False, True)],
+    ids=["prefetch", "inline", "retry-in-call"],
+)
+def test_failing_summarizer_costs_the_crossing_call_one_attempt(
+    background: bool, retry_in_call: bool
+) -> None:
+    """(c) A summarizer that fails every time (transient errors, max_attempts=3): the call that
+    crosses the trigger makes ONE attempt, in background mode and inline (the default); only
+    ``retry_in_call=True``, the control, makes 3. Health goes to retrying, and later attempts
+    follow retry_at: none before it, one at or after it (three with retry_in_call), the wait
+    doubling, degraded after degrade_after failures."""
     calls: list[tuple[bool, float]] = []
     clock = Clock(1_000.0)
     folds: list[FoldCall] = []
@@ -1003,6 +1010,7 @@ def test_failing_summarizer_costs_the_crossing_call_one_attempt(background: bool
         counter=COUNTER,
         clock=clock,
         prefetch_tokens=700 if background else None,
+        retry_in_call=retry_in_call,
         retry_initial=2.0,
         retry_max=60.0,
         degrade_after=3,
@@ -1019,7 +1027,7 @@ def test_failing_summarizer_costs_the_crossing_call_one_attempt(background: bool
 
     result, made = attempt()
     assert result.report.trigger == "tokens"
-    assert made == (1 if background else 3)
+    assert made == (3 if retry_in_call else 1)
     assert result.state.health == "retrying" and result.state.failures == 1
     assert result.state.retry_at == clock.now + 2.0
     assert result.report.not_shown > 0 and COUNTER.count_messages(result.messages) <= 1_000
@@ -1030,9 +1038,9 @@ def test_failing_summarizer_costs_the_crossing_call_one_attempt(background: bool
         clock.now = retry_at - 0.5  # before retry_at: no attempt
         result, made = attempt()
         assert made == 0 and result.state.failures == failures - 1
-        clock.now = retry_at  # at retry_at: one attempt (three without prefetch)
+        clock.now = retry_at  # at retry_at: one attempt (three with retry_in_call)
         result, made = attempt()
-        assert made == (1 if background else 3)
+        assert made == (3 if retry_in_call else 1)
         assert result.state.failures == failures
         assert result.state.retry_at == clock.now + wait
         assert result.state.health == ("degraded" if failures >= 3 else "retrying")
@@ -1269,6 +1277,36 @@ def test_retrieval_passes_background_folds_through_and_adopts_them() -> None:
     assert COUNTER.count_messages(result.messages) <= 1_000
 
 
+@pytest.mark.parametrize("retry_in_call", [False, True], ids=["one-attempt", "retry-in-call"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_retrieval_folds_with_the_inner_strategys_attempts(retry_in_call: bool, mode: str) -> None:
+    """(f) Retrieval runs the inner plan's folds with the inner strategy's attempt rule: one
+    summarizer attempt per call by default, the Summarizer's three with retry_in_call=True."""
+    calls: list[tuple[bool, float]] = []
+    clock = Clock(1_000.0)
+    inner = SummaryBuffer(
+        1_000,
+        summarizer=summarizer_for(_always_failing(calls, clock), [], max_attempts=3),
+        counter=COUNTER,
+        clock=clock,
+        retry_in_call=retry_in_call,
+    )
+    strategy = Retrieval(
+        inner,
+        store=InMemoryStore(),
+        ranking="bm25",
+        key=MemoryKey("acme", "ann", "chat"),
+        max_retrieved_tokens=100,
+    )
+    assert strategy.retry_in_call is retry_in_call
+    history = chat(12)  # over the trigger
+    sync = mode == "sync"
+    result = strategy.apply(history) if sync else asyncio.run(strategy.aapply(history))
+    assert len(calls) == (3 if retry_in_call else 1)
+    assert result.state.health == "retrying" and result.state.folded == 0
+    assert COUNTER.count_messages(result.messages) <= 1_000
+
+
 def test_fold_wait_zero_crossing_call_returns_at_once_with_the_note_then_adopts() -> None:
     """fold_wait=0: the call that crosses the trigger while the background fold still waits
     on its gate returns at once (the gate stays closed), with the degraded view: within budget,
@@ -1372,6 +1410,24 @@ def test_fold_wait_must_be_a_finite_number_of_seconds(bad: Any) -> None:
             1_000, summarizer=GatedModel(), prefetch_tokens=700, fold_wait=good
         )
         assert strategy.fold_wait == good
+
+
+@pytest.mark.parametrize("name", sorted(_STRATEGIES))
+def test_retry_in_call_is_a_bool_and_excludes_background_mode(name: str) -> None:
+    """(g) retry_in_call: not a bool is a TypeError naming it; True with prefetch_tokens (whose
+    folds make one attempt) is a ValueError naming both; off by default."""
+    make = _STRATEGIES[name]
+    model = GatedModel()
+    config = make(summarizer=model, counter=COUNTER).config
+    middle = (config.target_tokens + config.trigger_tokens) // 2
+    for bad in (1, "yes", None):
+        with pytest.raises(TypeError, match="retry_in_call") as raised:
+            make(summarizer=model, counter=COUNTER, retry_in_call=bad)
+        assert repr(bad) in str(raised.value)
+    with pytest.raises(ValueError, match=r"retry_in_call=True.*prefetch_tokens"):
+        make(summarizer=model, counter=COUNTER, retry_in_call=True, prefetch_tokens=middle)
+    assert not make(summarizer=model, counter=COUNTER).retry_in_call
+    assert make(summarizer=model, counter=COUNTER, retry_in_call=True).retry_in_call
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 ChatOpenAI / ChatAnthropic) against a fake HTTP server on 127.0.0.1 (tests/llm_server.py).
 
 SDK-level retries are off (``max_retries=0``, and the Summarizer switches them off anyway), so the
-retries seen here are the Summarizer's own retry loop. The strategies get a controlled clock, so
+retries seen here are the Summarizer's own retry loop. ``make_buffer`` asks for it inside the call
+(``retry_in_call=True``); the default, one attempt per call with later attempts on later calls,
+has its own tests below ("one attempt per call"). The strategies get a controlled clock, so
 backoff is tested without sleeping. Every message carries a ``msg-N`` marker; the fake summarizer
 echoes the markers it found in the transcript, so the tests can check which messages each fold
 read.
@@ -96,6 +98,9 @@ class Clock:
 
 
 def make_buffer(summarizer: Summarizer, clock: Clock | None = None, **kwargs: Any) -> SummaryBuffer:
+    """A SummaryBuffer whose folds run the Summarizer's retries inside the call (unless the
+    caller passes ``retry_in_call=False``)."""
+    kwargs.setdefault("retry_in_call", True)
     kwargs.setdefault("retry_initial", 10.0)
     kwargs.setdefault("retry_max", 100.0)
     return SummaryBuffer(800, summarizer=summarizer, clock=clock or Clock(), **kwargs)
@@ -389,6 +394,128 @@ async def test_a_timeout_is_retried(llm_server: FakeLLMServer, provider: str, mo
 
 # (malformed 200 answers, Retry-After, hangs and context-length halving over the wire:
 # tests/test_hardening_summarizer.py)
+
+
+# -- one attempt per call (the default): later attempts on later calls --------------------------
+
+_FAULTS = [
+    pytest.param([Fault.rate_limit(retry_after=0)], 2, id="429"),
+    pytest.param(["500", "500"], 3, id="500x2"),
+    pytest.param([Fault.server_error(529), "429"], 3, id="529-429"),
+]
+
+
+def fault_kind(fault: Any) -> str:
+    return fault.kind if isinstance(fault, Fault) else str(fault)
+
+
+@over_the_wire
+@pytest.mark.parametrize(("faults", "requests"), _FAULTS)
+async def test_by_default_a_call_makes_one_attempt_and_later_calls_retry(
+    llm_server: FakeLLMServer, provider: str, mode: str, faults: list[Any], requests: int
+) -> None:
+    """Without ``retry_in_call`` a transient fault costs the call that crosses the trigger ONE
+    request: it shows the degraded view (within budget, nothing lost, the note) and the next
+    attempt is one request on the first call at or after ``retry_at`` (the wait doubling). The
+    first success folds what the in-call retries would have: the same request, its summary."""
+    clock = Clock()
+    strategy = make_buffer(
+        make_summarizer(make_model(provider, llm_server)), clock, retry_in_call=False
+    )
+    messages = history(21)
+    llm_server.push(*faults)
+    state: MemoryState | None = None
+    wait = 10.0  # make_buffer's retry_initial
+    for failures, fault in enumerate(faults, start=1):
+        result = await run(strategy, mode, messages, state)
+        assert len(llm_server.requests) == failures
+        assert llm_server.requests[-1].fault == fault_kind(fault)
+        assert result.state.health == "retrying" and result.state.failures == failures
+        assert result.state.folded == 0 and result.state.retry_at == clock.t + wait
+        assert result.report.not_shown > 0
+        assert result.report.tokens_after <= result.report.budget  # type: ignore[operator]
+        assert "not shown" in str(result.messages[0].content)
+        assert_nothing_lost(messages, result)
+        clock.t = result.state.retry_at - 0.5  # before retry_at: no request
+        quiet = await run(strategy, mode, messages, result.state)
+        assert len(llm_server.requests) == failures and quiet.state == result.state
+        state = quiet.state
+        clock.t = result.state.retry_at
+        wait *= 2
+    result = await run(strategy, mode, messages, state)
+    assert len(llm_server.requests) == requests and llm_server.requests[-1].fault is None
+    assert len({r.raw for r in llm_server.requests}) == 1  # every attempt asked the same
+    assert result.state.health == "healthy" and result.state.failures == 0
+    assert result.state.folds == 1 and result.state.last_error is None
+    assert result.state.sections["conversation"] == llm_server.requests[-1].reply
+    assert llm_server.markers_seen() == markers(folded_part(messages, result.state))
+    assert result.report.not_shown == 0
+
+
+@over_the_wire
+async def test_by_default_a_timeout_costs_the_call_one_attempt(
+    llm_server: FakeLLMServer, provider: str, mode: str
+) -> None:
+    model = make_model(provider, llm_server, timeout=0.25)
+    strategy = make_buffer(make_summarizer(model), retry_in_call=False)
+    llm_server.push(Fault.timeout(0.6))
+    messages = history(21)
+    result = await run(strategy, mode, messages)
+    assert [r.fault for r in llm_server.requests] == ["timeout"]
+    assert result.state.health == "retrying" and result.state.folded == 0
+    error = result.state.last_error
+    assert error is not None and "after 1 attempt(s)" in error
+    assert_nothing_lost(messages, result)
+
+
+@over_the_wire
+async def test_by_default_retry_after_sets_the_next_call_that_may_try(
+    llm_server: FakeLLMServer, provider: str, mode: str
+) -> None:
+    """A 429 asking for 30 s (more than the 10 s backoff): the one attempt fails and no call
+    tries again before 30 s have passed."""
+    clock = Clock()
+    strategy = make_buffer(
+        make_summarizer(make_model(provider, llm_server)), clock, retry_in_call=False
+    )
+    llm_server.push(Fault.rate_limit(retry_after=30))
+    messages = history(21)
+    failed = await run(strategy, mode, messages)
+    assert [r.fault for r in llm_server.requests] == ["429"]
+    assert failed.state.retry_at == T0 + 30
+    clock.t = T0 + 29
+    quiet = await run(strategy, mode, messages, failed.state)
+    assert llm_server.count() == 1
+    clock.t = T0 + 30
+    healed = await run(strategy, mode, messages, quiet.state)
+    assert llm_server.count() == 2 and healed.state.health == "healthy"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_by_default_the_fallback_gets_one_attempt_too(
+    llm_server: FakeLLMServer, llm_server_b: FakeLLMServer, mode: str
+) -> None:
+    """One attempt of the primary, then one of the fallback: a failing pair costs the call two
+    requests (not 3 + 3), and a working fallback answers in the same call."""
+    llm_server_b.reply = lambda request: "FROM FALLBACK " + echo_markers(request)
+    summarizer = make_summarizer(
+        make_model("openai", llm_server), fallback=make_model("anthropic", llm_server_b)
+    )
+    strategy = make_buffer(summarizer, retry_in_call=False)
+    llm_server.push("500", "500")
+    llm_server_b.push(Fault.server_error(529))
+    failed = await run(strategy, mode, history(21))
+    assert (llm_server.count(), llm_server_b.count()) == (1, 1)
+    error = failed.state.last_error
+    assert error is not None and "after 1 attempt(s)" in error
+    assert "the fallback failed too" in error and failed.state.health == "retrying"
+
+    strategy = make_buffer(summarizer, retry_in_call=False)
+    result = await run(strategy, mode, history(21))  # primary 500, fallback answers
+    assert (llm_server.count(), llm_server_b.count()) == (2, 2)
+    assert result.state.health == "healthy"
+    assert result.state.sections["conversation"] == llm_server_b.requests[-1].reply
+    assert result.state.sections["conversation"].startswith("FROM FALLBACK")
 
 
 # -- a context window too small for any input -------------------------------------------------

@@ -19,17 +19,19 @@ caller's state exactly as it was.
 
 Background compaction. A plan whose view passed ``prefetch_tokens`` (below the fold trigger)
 asks for its fold as a *background* request. The driver owns the work, the plan stays pure: it
-starts the fold in a worker thread (``Summarizer.fold`` with its retries, off the critical path)
-and answers ``FoldDeferred`` at once; a later call whose fold request begins with the same
-messages under the same summary adopts the finished fold (``Folded(covers=...)``: exactly those
-messages are marked folded, once), or, when it must fold now (the trigger is crossed), waits for
-the running one, at most ``fold_wait`` seconds, and otherwise shows the degraded view with its
-note (nothing lost; the fold is adopted on a later call). Every fold in this mode, in the
-background or inline, makes ONE summarizer attempt: a failing provider costs a turn at most one
-attempt, and later attempts follow the strategy's backoff (``retry_initial`` ...) on later
-turns. Jobs live in the strategy object, so a fold finished after
-a checkpoint is adopted by the next turn of the same thread in this process; another process
-simply folds again. ``flush()`` / ``aflush()`` wait for the running jobs.
+starts the fold in a worker thread (``Summarizer.fold``, off the critical path) and answers
+``FoldDeferred`` at once; a later call whose fold request begins with the same messages under
+the same summary adopts the finished fold (``Folded(covers=...)``: exactly those messages are
+marked folded, once), or, when it must fold now (the trigger is crossed), waits for the running
+one, at most ``fold_wait`` seconds, and otherwise shows the degraded view with its note (nothing
+lost; the fold is adopted on a later call). Jobs live in the strategy object, so a fold finished
+after a checkpoint is adopted by the next turn of the same thread in this process; another
+process simply folds again. ``flush()`` / ``aflush()`` wait for the running jobs.
+
+One attempt per call. Every fold, in the background or inline, makes ONE summarizer attempt (of
+the model, then of its fallback): a failing provider costs a call at most one attempt, and later
+attempts follow the strategy's backoff (``retry_initial`` ...) on later calls. Only an inline
+fold of a strategy built with ``retry_in_call=True`` runs the Summarizer's retries in the call.
 """
 
 from __future__ import annotations
@@ -128,8 +130,11 @@ class Strategy(ABC):
     clock: Callable[[], float] = staticmethod(time.time)
     #: the strategy keeps memory outside its state: its ``_plan`` takes ``key=`` (``Retrieval``)
     uses_key: bool = False
-    #: background compaction is on (``prefetch_tokens``): inline folds make one attempt
+    #: background compaction is on (``prefetch_tokens``)
     folds_in_background: bool = False
+    #: an inline fold runs the Summarizer's retries inside the call (``retry_in_call=True``);
+    #: otherwise (the default, and always in background mode) every fold makes one attempt
+    retry_in_call: bool = False
     #: how long a call that must fold waits for a running background fold (None: until done)
     fold_wait: float | None = None
 
@@ -287,11 +292,14 @@ class Strategy(ABC):
         return [job.future for job in _jobs_of(self).all()]
 
     def _inline_summarizer(self) -> Summarizer:
-        """The summarizer of a fold: in background mode it makes one attempt (a call that
-        waits for a fold, inline or running in the background, waits for one attempt at most;
-        later attempts follow the strategy's backoff, on later calls)."""
+        """The summarizer of a fold: it makes one attempt (a call that waits for a fold, inline
+        or running in the background, waits for one attempt at most; later attempts follow the
+        strategy's backoff, on later calls), unless inline folds were asked to retry in the
+        call (``retry_in_call=True``, never in background mode)."""
         summarizer = self._summarizer()
-        return _one_attempt(summarizer) if self.folds_in_background else summarizer
+        if self.retry_in_call and not self.folds_in_background:
+            return summarizer
+        return _one_attempt(summarizer)
 
     def _background(self, request: FoldRequest, asynchronous: bool = False) -> FoldOutcome | _Job:
         """A background request's answer (start the fold, or adopt it once finished), or, for
@@ -466,7 +474,10 @@ def _run_afold(
 
 
 def _one_attempt(summarizer: Summarizer) -> Summarizer:
-    """``summarizer`` (and its fallback) making one attempt per model call."""
+    """``summarizer`` (and its fallback) making one attempt per model call. Another object
+    that folds (not a :class:`Summarizer`) has no attempts to set and is used as it is."""
+    if not isinstance(summarizer, Summarizer):
+        return summarizer
     if summarizer.max_attempts == 1 and (
         summarizer.fallback is None or summarizer.fallback.max_attempts == 1
     ):

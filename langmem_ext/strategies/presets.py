@@ -306,6 +306,7 @@ class _Summarizing(Strategy):
         keep_messages: int | None,
         prefetch_tokens: int | None,
         fold_wait: float | None,
+        retry_in_call: bool,
         **fold: Any,
     ) -> None:
         """Resolve the counter and summarizer, then build the fold config from ``fold``.
@@ -367,6 +368,7 @@ class _Summarizing(Strategy):
         )
         self.folds_in_background = prefetch_tokens is not None
         self.fold_wait = _checked_wait(fold_wait)
+        self.retry_in_call = _checked_retry(retry_in_call, self.folds_in_background)
 
     def __repr__(self) -> str:
         c = self.config
@@ -379,6 +381,17 @@ class _Summarizing(Strategy):
         self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
     ) -> Plan:
         return plan_fold(messages, state, _reserving(self.config, extra), self.counter, now)
+
+
+def _checked_retry(retry_in_call: bool, background: bool) -> bool:
+    if not isinstance(retry_in_call, bool):
+        raise TypeError(f"retry_in_call must be True or False, got {retry_in_call!r}")
+    if retry_in_call and background:
+        raise ValueError(
+            "retry_in_call=True cannot be combined with prefetch_tokens: background folds "
+            "make one attempt per call; drop one of them"
+        )
+    return retry_in_call
 
 
 def _checked_wait(fold_wait: float | None) -> float | None:
@@ -441,23 +454,27 @@ _SUMMARIZING_ARGS_DOC = """
         prefetch_tokens: background compaction. When the view passes this level (between
             ``target_tokens`` and the fold trigger), the fold starts in a worker thread and the
             call returns at once; a later call adopts the finished fold, so the call that
-            crosses the trigger usually finds it done instead of waiting for the model. Every
-            fold in this mode makes one summarizer attempt (the Summarizer's ``max_attempts``
-            is not used): a failing model costs a call one attempt at most, and later attempts
-            follow the backoff below, on later calls. None (default): folds run inside the
-            crossing call, with the Summarizer's retries.
+            crosses the trigger usually finds it done instead of waiting for the model. None
+            (default): folds run inside the crossing call.
             ``flush()`` / ``aflush()`` wait for the running folds.
         fold_wait: with ``prefetch_tokens``, how long the crossing call waits for a running
             background fold before showing the degraded view (nothing is lost: the fold is
             adopted by a later call); None (default): until it finishes.
+        retry_in_call: False (default): every fold makes ONE summarizer attempt (of the model,
+            then of its fallback), so a failing provider costs a call one attempt at most, and
+            later attempts follow the backoff below, on later calls (the Summarizer's
+            ``max_attempts`` and its retry waits are not used). True: an inline fold runs the
+            Summarizer's retries inside the call (the call waits for all of them, then
+            shows the last good view if they all fail); not with ``prefetch_tokens``.
         on_summary_updated, on_health_changed, on_turn_added: callbacks, see below.
         clock: where ``now`` comes from (``time.time`` by default; replace it in tests).
 """
 
 _FAILURE_DOC = """
-    Failure: if the summarizer fails (after its own retries and fallback), nothing is marked
-    folded; the view is the last good summary plus the newest messages that fit, with a visible
-    note of how many earlier messages are not shown. ``report.health`` and ``state.health`` go to
+    Failure: if the summarizer fails (its one attempt and the fallback's, or with
+    ``retry_in_call`` all its retries), nothing is marked folded; the view is the last good
+    summary plus the newest messages that fit, with a visible note of how many earlier messages
+    are not shown. ``report.health`` and ``state.health`` go to
     ``"retrying"`` (``"degraded"`` after ``degrade_after`` failures) and the fold is tried again on
     a later call once the backoff (``retry_initial`` doubling up to ``retry_max`` seconds) has
     passed; the first success makes it ``"healthy"`` again.
@@ -524,6 +541,7 @@ class SummaryBuffer(_Summarizing):
         clock: Callable[[], float] | None = None,
         prefetch_tokens: int | None = None,
         fold_wait: float | None = None,
+        retry_in_call: bool = False,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
         self._setup(
@@ -536,6 +554,7 @@ class SummaryBuffer(_Summarizing):
             clock=clock,
             prefetch_tokens=prefetch_tokens,
             fold_wait=fold_wait,
+            retry_in_call=retry_in_call,
             max_messages=max_messages,
             keep_messages=keep_messages,
             max_tokens=max_tokens,
@@ -595,6 +614,7 @@ class Compacting(_Summarizing):
         clock: Callable[[], float] | None = None,
         prefetch_tokens: int | None = None,
         fold_wait: float | None = None,
+        retry_in_call: bool = False,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
         if not 0 < summary_ratio < target_ratio <= 1:
@@ -611,6 +631,7 @@ class Compacting(_Summarizing):
             clock=clock,
             prefetch_tokens=prefetch_tokens,
             fold_wait=fold_wait,
+            retry_in_call=retry_in_call,
             max_messages=max_messages,
             keep_messages=keep_messages,
             max_tokens=max_tokens,
@@ -686,6 +707,7 @@ class TieredSummary(_Summarizing):
         clock: Callable[[], float] | None = None,
         prefetch_tokens: int | None = None,
         fold_wait: float | None = None,
+        retry_in_call: bool = False,
     ) -> None:
         require_int("max_tokens", max_tokens, 1)
         if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
@@ -703,6 +725,7 @@ class TieredSummary(_Summarizing):
             clock=clock,
             prefetch_tokens=prefetch_tokens,
             fold_wait=fold_wait,
+            retry_in_call=retry_in_call,
             max_messages=max_messages,
             keep_messages=keep_messages,
             max_tokens=max_tokens,

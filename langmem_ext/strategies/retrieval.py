@@ -1537,6 +1537,7 @@ class Retrieval(Strategy):
         # the inner plan's folds are run by this strategy's driver: its background settings
         self.folds_in_background = inner.folds_in_background
         self.fold_wait = inner.fold_wait
+        self.retry_in_call = inner.retry_in_call
         self._clock: Callable[[], float] | None = None
         ttl = store.ttl_config
         self._refresh_ttl = bool(ttl.get("refresh_on_read", True)) if ttl else True
