@@ -1049,6 +1049,45 @@ def test_failing_summarizer_costs_the_crossing_call_one_attempt(
     assert strategy.flush() == 0
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_backoff_counts_from_the_end_of_the_failed_attempt(mode: str) -> None:
+    """An attempt that hangs 5 s before failing (a timeout), retry_initial=2: retry_at is 2 s
+    after the attempt ended, not after the call started (which would let the next call, 5 s
+    later, try and hang again at once)."""
+    clock = Clock(1_000.0)
+    attempts: list[float] = []
+
+    def hanging(prompt: Sequence[BaseMessage]) -> str:
+        attempts.append(clock.now)
+        clock.now += 5.0  # the attempt's timeout passes
+        raise TimeoutError("provider timed out")
+
+    strategy = SummaryBuffer(
+        1_000,
+        summarizer=summarizer_for(hanging, [], max_attempts=3),
+        counter=COUNTER,
+        clock=clock,
+        retry_initial=2.0,
+    )
+    history = chat(12)
+
+    def call(state: MemoryState | None) -> MemoryResult:
+        if mode == "sync":
+            return strategy.apply(history, state)
+        return asyncio.run(strategy.aapply(history, state))
+
+    failed = call(None)
+    assert attempts == [1_000.0] and clock.now == 1_005.0
+    assert failed.state.retry_at == 1_007.0 and failed.state.health == "retrying"
+    clock.now = 1_006.0  # after the call's start + 2 s, before the attempt's end + 2 s
+    quiet = call(failed.state)
+    assert len(attempts) == 1 and quiet.state.retry_at == 1_007.0
+    clock.now = 1_007.0
+    again = call(quiet.state)
+    assert attempts == [1_000.0, 1_007.0]
+    assert again.state.failures == 2 and again.state.retry_at == 1_012.0 + 4.0
+
+
 def test_failing_background_fold_is_adopted_as_one_failure_and_backs_off() -> None:
     """(c) Past prefetch_tokens the failing fold runs in the background (with its retries, off
     the critical path); the call that finds it finished adopts the failure (health retrying,

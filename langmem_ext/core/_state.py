@@ -68,9 +68,14 @@ class Folded:
 
 @dataclass(frozen=True, slots=True)
 class FoldFailed:
-    """The summarizer failed (after its own retries and fallback) with ``error``."""
+    """The summarizer failed (after its own retries and fallback) with ``error``.
+
+    ``at``: when the failure was known (the strategy's clock), if later than the call's
+    ``now``: the backoff counts from then, so an attempt that hung until its timeout does not
+    let the very next call try again; None: from ``now``."""
 
     error: BaseException
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +130,14 @@ def health_after(
             return replace(state, health="healthy", failures=0, retry_at=None, last_error=None)
         case FoldDeferred():
             return state
-        case FoldFailed(error=error):
+        case FoldFailed(error=error, at=at):
             failures = state.failures + 1
+            since = now if at is None else max(now, at)
             return replace(
                 state,
                 health="degraded" if failures >= policy.degrade_after else "retrying",
                 failures=failures,
-                retry_at=now + policy.wait(failures, getattr(error, "retry_after", None)),
+                retry_at=since + policy.wait(failures, getattr(error, "retry_after", None)),
                 last_error=f"{type(error).__name__}: {error}"[:_ERROR_CHARS],
             )
         case unknown:  # a new kind of outcome must be handled here (mypy checks it)

@@ -342,7 +342,7 @@ class Strategy(ABC):
         try:
             return Folded(self._inline_summarizer().fold(request.previous, request.messages))
         except Exception as error:  # any failure: the plan keeps everything unfolded
-            return _failed(error)
+            return _failed(error, at=self.clock())
 
     async def _afold(self, request: FoldRequest) -> FoldOutcome:
         if request.background or _jobs_of(self).find(request) is not None:
@@ -357,7 +357,7 @@ class Strategy(ABC):
             summarizer = self._inline_summarizer()
             return Folded(await summarizer.afold(request.previous, request.messages))
         except Exception as error:  # any failure: the plan keeps everything unfolded
-            return _failed(error)
+            return _failed(error, at=self.clock())
 
     # -- callbacks --------------------------------------------------------------------------------
 
@@ -489,9 +489,11 @@ def _one_attempt(summarizer: Summarizer) -> Summarizer:
     return copied
 
 
-def _failed(error: Exception) -> FoldFailed:
+def _failed(error: Exception, at: float | None = None) -> FoldFailed:
+    """The outcome of a failed fold; ``at``: when the call saw it fail (an inline fold), so the
+    backoff counts from the end of the attempt, not from the start of the call."""
     logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
-    return FoldFailed(error)
+    return FoldFailed(error, at)
 
 
 def _advance(plan: Plan, value: Any) -> tuple[Request | None, MemoryResult | None]:
