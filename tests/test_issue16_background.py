@@ -100,7 +100,7 @@ from langmem_ext import (
 )
 from langmem_ext.core._state import FoldDeferred, Folded, FoldFailed, FoldOutcome
 from langmem_ext.core.fold import FoldRequest
-from langmem_ext.strategies.engine import _POOL, _jobs_of
+from langmem_ext.strategies.engine import _POOL, Strategy, _jobs_of
 
 COUNTER = ApproximateCounter()
 #: the worker threads of background folds (engine._POOL)
@@ -988,6 +988,17 @@ def _always_failing(calls: list[tuple[bool, float]], clock: Clock) -> Callable[.
     return model
 
 
+def failing_buffer(calls: list[tuple[bool, float]], clock: Clock, **kwargs: Any) -> SummaryBuffer:
+    """A SummaryBuffer(1,000) whose Summarizer (max_attempts=3) always fails, on ``clock``."""
+    return SummaryBuffer(
+        1_000,
+        summarizer=summarizer_for(_always_failing(calls, clock), [], max_attempts=3),
+        counter=COUNTER,
+        clock=clock,
+        **kwargs,
+    )
+
+
 @pytest.mark.parametrize(
     ("background", "retry_in_call"),
     [(True, False), (False, False), (False, True)],
@@ -1003,12 +1014,9 @@ def test_failing_summarizer_costs_the_crossing_call_one_attempt(
     doubling, degraded after degrade_after failures."""
     calls: list[tuple[bool, float]] = []
     clock = Clock(1_000.0)
-    folds: list[FoldCall] = []
-    strategy = SummaryBuffer(
-        1_000,
-        summarizer=summarizer_for(_always_failing(calls, clock), folds, max_attempts=3),
-        counter=COUNTER,
-        clock=clock,
+    strategy = failing_buffer(
+        calls,
+        clock,
         prefetch_tokens=700 if background else None,
         retry_in_call=retry_in_call,
         retry_initial=2.0,
@@ -1094,15 +1102,7 @@ def test_failing_background_fold_is_adopted_as_one_failure_and_backs_off() -> No
     no summarizer call in that call) and no fold starts again before retry_at."""
     calls: list[tuple[bool, float]] = []
     clock = Clock(1_000.0)
-    strategy = SummaryBuffer(
-        1_000,
-        summarizer=summarizer_for(_always_failing(calls, clock), [], max_attempts=3),
-        counter=COUNTER,
-        clock=clock,
-        prefetch_tokens=700,
-        fold_wait=0.0,
-        retry_initial=2.0,
-    )
+    strategy = failing_buffer(calls, clock, prefetch_tokens=700, fold_wait=0.0, retry_initial=2.0)
     history: list[BaseMessage] = []
     state: MemoryState | None = None
     turns = itertools.count()
@@ -1271,6 +1271,17 @@ def test_memory_node_adopts_a_fold_finished_after_the_checkpoint(mode: str, driv
     assert all(COUNTER.count_messages(view) <= 1_000 for view in seen)
 
 
+def bm25_retrieval(inner: Strategy) -> Retrieval:
+    """Retrieval around ``inner`` on a fresh InMemoryStore (BM25 only: no embedding model)."""
+    return Retrieval(
+        inner,
+        store=InMemoryStore(),
+        ranking="bm25",
+        key=MemoryKey("acme", "ann", "chat"),
+        max_retrieved_tokens=100,
+    )
+
+
 def test_retrieval_passes_background_folds_through_and_adopts_them() -> None:
     """(f) Retrieval(SummaryBuffer(..., prefetch_tokens=...)): it takes the inner strategy's
     background settings; the inner plan's background fold is run by Retrieval's driver
@@ -1284,13 +1295,7 @@ def test_retrieval_passes_background_folds_through_and_adopts_them() -> None:
         prefetch_tokens=700,
         fold_wait=0.0,
     )
-    strategy = Retrieval(
-        inner,
-        store=InMemoryStore(),
-        ranking="bm25",
-        key=MemoryKey("acme", "ann", "chat"),
-        max_retrieved_tokens=100,
-    )
+    strategy = bm25_retrieval(inner)
     assert strategy.folds_in_background and strategy.fold_wait == 0.0
     history: list[BaseMessage] = []
     state: MemoryState | None = None
@@ -1323,20 +1328,8 @@ def test_retrieval_folds_with_the_inner_strategys_attempts(retry_in_call: bool, 
     summarizer attempt per call by default, the Summarizer's three with retry_in_call=True."""
     calls: list[tuple[bool, float]] = []
     clock = Clock(1_000.0)
-    inner = SummaryBuffer(
-        1_000,
-        summarizer=summarizer_for(_always_failing(calls, clock), [], max_attempts=3),
-        counter=COUNTER,
-        clock=clock,
-        retry_in_call=retry_in_call,
-    )
-    strategy = Retrieval(
-        inner,
-        store=InMemoryStore(),
-        ranking="bm25",
-        key=MemoryKey("acme", "ann", "chat"),
-        max_retrieved_tokens=100,
-    )
+    inner = failing_buffer(calls, clock, retry_in_call=retry_in_call)
+    strategy = bm25_retrieval(inner)
     assert strategy.retry_in_call is retry_in_call
     history = chat(12)  # over the trigger
     sync = mode == "sync"
