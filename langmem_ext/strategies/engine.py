@@ -295,11 +295,9 @@ class Strategy(ABC):
         """The summarizer of a fold: it makes one attempt (a call that waits for a fold, inline
         or running in the background, waits for one attempt at most; later attempts follow the
         strategy's backoff, on later calls), unless inline folds were asked to retry in the
-        call (``retry_in_call=True``, never in background mode)."""
+        call (``retry_in_call=True``, which construction refuses in background mode)."""
         summarizer = self._summarizer()
-        if self.retry_in_call and not self.folds_in_background:
-            return summarizer
-        return _one_attempt(summarizer)
+        return summarizer if self.retry_in_call else _one_attempt(summarizer)
 
     def _background(self, request: FoldRequest, asynchronous: bool = False) -> FoldOutcome | _Job:
         """A background request's answer (start the fold, or adopt it once finished), or, for
