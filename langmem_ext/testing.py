@@ -19,7 +19,9 @@ subclasses):
   a configurable view (default: the messages unchanged).
 * :func:`check_strategy`: runs the package's invariants (budget, valid view, nothing lost,
   sync == async, state round-trip) over seeded conversations and raises ``AssertionError``
-  naming the invariant, the call and the numbers.
+  naming the invariant, the call and the numbers; :func:`smallest_budget` is the least
+  ``max_tokens`` at which the newest turn of those conversations fits (the kit is expected to
+  pass for every strategy from there on).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "RecordingSummarizer",
     "agent_loop",
     "check_strategy",
+    "smallest_budget",
     "synthetic_history",
 ]
 
@@ -378,6 +381,13 @@ def _represented(view: Sequence[BaseMessage]) -> int:
     return total
 
 
+def _repaired_away(history: Sequence[BaseMessage]) -> int:
+    """Messages of ``history`` no valid view may show: orphan and duplicate tool results, which
+    the documented repair removes (they count in ``messages_dropped``, never as lost)."""
+    away = ("orphan_tool_result", "duplicate_tool_result")
+    return sum(1 for f in validate(history) if f.kind in away)
+
+
 def _fail(invariant: str, where: str, detail: str) -> AssertionError:
     return AssertionError(f"{invariant}: {where}: {detail}")
 
@@ -407,7 +417,9 @@ def _check_call(
             f"the newest human message (id {newest.id!r}, index {history.index(newest)} of "
             f"{len(history)}) is not in the view",
         )
-    missing = sum(1 for m in history if m not in shown) - _represented(view)
+    missing = (
+        sum(1 for m in history if m not in shown) - _represented(view) - _repaired_away(history)
+    )
     accounted = report.messages_dropped + report.not_shown
     if missing > accounted:
         raise _fail(
@@ -448,6 +460,58 @@ def _diff(a: MemoryResult, b: MemoryResult) -> str:
 _NO_CLOCK = object()
 
 
+def smallest_budget(
+    *,
+    histories: Iterable[Iterable[Sequence[BaseMessage]]] | None = None,
+    seeds: int = 3,
+    messages: int = 40,
+    counter: CounterLike = None,
+) -> int:
+    """The smallest ``max_tokens`` at which the newest turn fits at every call of the
+    conversations :func:`check_strategy` runs (same arguments, same defaults): the least budget
+    at which :class:`~langmem_ext.strategies.presets.TokenBudget` (``overflow="error"``) gives
+    a view at every call, the system message, the newest human message and the newest unit
+    included. Below it a strategy may only clip or refuse; from it on, :func:`check_strategy`
+    is expected to pass for every strategy of the package.
+
+    Example:
+        >>> from langmem_ext.strategies import SummaryBuffer
+        >>> low = smallest_budget(seeds=1, messages=20)
+        >>> check_strategy(lambda: SummaryBuffer(low, summarizer=FakeSummaryModel()), seeds=1,
+        ...                messages=20)
+    """
+    from langmem_ext.errors import ContextOverflowError
+    from langmem_ext.strategies.presets import TokenBudget
+
+    conversations = (
+        [calls for _, calls in _default_histories(seeds, messages)]
+        if histories is None
+        else [[list(h) for h in calls] for calls in histories]
+    )
+    measure = as_counter(counter)
+    high = 1 + max((measure.count_messages(h) for calls in conversations for h in calls), default=1)
+
+    def fits(budget: int) -> bool:
+        strategy = TokenBudget(budget, counter=measure)
+        try:
+            for calls in conversations:
+                state: MemoryState | None = None
+                for history in calls:
+                    state = strategy.apply(history, state).state
+        except ContextOverflowError:
+            return False
+        return True
+
+    low = 1
+    while low < high:  # fits() is monotonic in the budget: the required part is fixed
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
 def check_strategy(
     strategy: Strategy | Callable[[], Strategy],
     *,
@@ -481,9 +545,10 @@ def check_strategy(
     * **validity**: ``validate(view)`` has no error finding, and the history's newest
       HumanMessage is in the view (same id; equal message when it has none);
     * **nothing lost**: the history messages not in the view, less those the view's digests stand
-      for, are at most ``report.messages_dropped + report.not_shown``; for a strategy with a
-      summarizer also at most ``state.folded + report.not_shown``; and ``report.not_shown == 0``
-      while ``report.health == "healthy"``;
+      for and the orphan and duplicate tool results a repair removes, are at most
+      ``report.messages_dropped + report.not_shown``; for a strategy with a summarizer also at
+      most ``state.folded + report.not_shown``; and ``report.not_shown == 0`` while
+      ``report.health == "healthy"``;
     * **sync == async**: ``aapply`` gives the same view, state and report as ``apply``;
     * **state round-trip**: ``MemoryState.from_json(state.to_json()) == state``, and the next
       call fed with the round-tripped state gives the same result.

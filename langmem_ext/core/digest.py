@@ -120,11 +120,18 @@ def _clipped(text: str, tokens: int, count_text: Callable[[str], int]) -> str:
 
 def digest_text(unit: Unit, observation_tokens: int, count_text: Callable[[str], int]) -> str:
     """The digest of a completed tool round: a header, the assistant's words, then each call
-    (name and arguments) followed by its result(s), every text clipped to about
-    ``observation_tokens`` tokens. Deterministic."""
+    (name and arguments) followed by its result(s), every field (names included) flattened to
+    one line and clipped to about ``observation_tokens`` tokens, so no field can start a line
+    of its own. Deterministic."""
 
     def clip(text: str) -> str:
         return _clipped(text, observation_tokens, count_text)
+
+    def label(name: object) -> str:
+        # a tool name comes from a model or a tool as much as a result does: a line break in it
+        # would start a line of its own (a forged "← admin (approved): ..."), so every field of
+        # a line is flattened and clipped alike
+        return clip(str(name)) or "tool"
 
     calls = sum(len(getattr(m, "tool_calls", ()) or ()) for m in unit.messages)
     lines = [
@@ -134,7 +141,7 @@ def digest_text(unit: Unit, observation_tokens: int, count_text: Callable[[str],
     names: dict[str, str] = {}
     for message in unit.messages:
         if isinstance(message, ToolMessage):
-            name = message.name or names.get(message.tool_call_id, "tool")
+            name = label(message.name or names.get(message.tool_call_id, "tool"))
             status = " (error)" if getattr(message, "status", "success") == "error" else ""
             lines.append(f"← {name}{status}: {clip(content_text(message.content))}")
             continue
@@ -144,7 +151,7 @@ def digest_text(unit: Unit, observation_tokens: int, count_text: Callable[[str],
         for call in getattr(message, "tool_calls", ()) or ():
             names[str(call.get("id"))] = str(call.get("name"))
             args = json.dumps(call.get("args", {}), ensure_ascii=False, default=repr)
-            lines.append(f"→ {call.get('name')}({clip(args)})")
+            lines.append(f"→ {label(call.get('name'))}({clip(args)})")
     return "\n".join(lines)
 
 

@@ -52,6 +52,7 @@ from langmem_ext.core._state import (
     health_after,
     may_try_fold,
     settled,
+    within_backoff,
 )
 from langmem_ext.core._text import longest_prefix_within
 from langmem_ext.core.digest import DigestSettings, Tier1, digest_point, verbatim_tokens
@@ -279,13 +280,14 @@ def _boundary(
 
 
 def _unfolded_kept(chosen: Selection, b: int, n: int) -> int:
-    """How many of the view's input messages are unfolded (at or after ``b``). Only differs from
-    ``chosen.kept`` when the view holds the pinned request (see :func:`pinned_request`): a
+    """How many of the view's input messages are unfolded (at or after ``b``), with those a repair
+    removed (an orphan result is never shown, and never missing). Only differs from
+    ``chosen.represented`` when the view holds the pinned request (see :func:`pinned_request`): a
     contiguous view is a suffix of the history, a gap view its head message plus a suffix."""
     first = chosen.first
     if first is None or first >= b:
-        return chosen.kept
-    suffix = chosen.kept - (1 if chosen.gap else 0)
+        return chosen.represented
+    suffix = chosen.represented - (1 if chosen.gap else 0)
     return min(suffix, n - b)
 
 
@@ -334,6 +336,16 @@ def _fold_boundary(
     if required is None:
         # no older unit may lead a view (the unfolded part starts inside a folded turn):
         # min_messages is best-effort, as in select_view
+        required = anchor
+    elif (
+        hard_room is not None
+        and anchor is not None
+        and required != anchor
+        and walk.cum_tokens[required] > hard_room
+    ):
+        # the newest min_messages cannot be shown with the summary at any budget left: the view
+        # would hold fewer of them (min_messages is best-effort) and hide the rest unread, so
+        # fold them instead, down to the newest human turn
         required = anchor
 
     def fits(position: int, extra: int = 0) -> bool:
@@ -680,7 +692,10 @@ def plan_fold(
     the TieredSummary clip point move (:meth:`_Turn.move_clip_point`); the fold, if the
     summarizer may be tried (:func:`~langmem_ext.core._state.may_try_fold`), and the health after
     its outcome (:func:`~langmem_ext.core._state.health_after`); the view, with the not-shown note
-    and the overflow policy (:func:`_final_view`); the state and report (:func:`_fold_result`)."""
+    and the overflow policy (:func:`_final_view`); the state and report (:func:`_fold_result`).
+    A ``retry_at`` further than ``retry_max`` ahead of ``now`` (the clock stepped back since the
+    failure) is brought back first (:func:`~langmem_ext.core._state.within_backoff`)."""
+    state = within_backoff(state, now, config.retry_policy)
     turn = _Turn.begin(messages, state, config, counter)
     clip_moved, trigger = turn.move_clip_point(state.view_tokens, turn.over_trigger())
     after, folded_now = state, 0

@@ -27,6 +27,7 @@ the whole list, so there is one definition of a unit.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -639,16 +640,44 @@ def clip_message(
     message: BaseMessage, max_tokens: int, count: Callable[[BaseMessage], int]
 ) -> BaseMessage | None:
     """The longest prefix of the message's text that, with :data:`CLIP_MARKER` appended, costs at
-    most ``max_tokens`` by ``count``.
+    most ``max_tokens`` by ``count``; for a tool call whose text cannot make it fit (a large
+    argument), its arguments clipped instead (each string cut with the marker, keys, ids and
+    names kept, so its results still answer it), and the text too if that is not enough.
 
-    The message itself when it already fits; ``None`` when it has no text to clip; the marker-only
-    version when even that costs more than ``max_tokens`` (callers check the count). The clipped
+    The message itself when it already fits; ``None`` when it has no text and no argument to
+    clip; the marker-only version when even that costs more than ``max_tokens`` (callers check
+    the count). The clipped
     copy records ``{"clipped_from_tokens": n}`` under ``response_metadata["langmem_ext"]``.
     Binary search (:func:`~langmem_ext.core._text.last_fitting`): O(log length) counts.
     """
     original = count(message)
     if original <= max_tokens:
         return message
+    result = _clip_text_of(message, max_tokens, count)
+    if (result is None or count(result) > max_tokens) and _longest_argument(message):
+        # the text alone cannot make it fit (a tool call with a large argument): clip the
+        # arguments first, keeping the text, and the text as well only if that is not enough
+        assert isinstance(message, AIMessage)
+        longest = _longest_argument(message)
+
+        def fits(limit: int) -> bool:
+            return count(_with_clipped_arguments(message, limit)) <= max_tokens
+
+        limit = last_fitting(0, longest - 1, fits)
+        result = _with_clipped_arguments(message, limit)
+        if count(result) > max_tokens:
+            result = _clip_text_of(result, max_tokens, count) or result
+    if result is None:
+        return None
+    meta = {**result.response_metadata, "langmem_ext": {"clipped_from_tokens": original}}
+    return result.model_copy(update={"response_metadata": meta})
+
+
+def _clip_text_of(
+    message: BaseMessage, max_tokens: int, count: Callable[[BaseMessage], int]
+) -> BaseMessage | None:
+    """``message`` with its text cut (marker appended) to cost at most ``max_tokens``, or the
+    marker-only version; None when it has no text."""
     text, block = _clippable_text(message)
     if not text:
         return None
@@ -657,6 +686,77 @@ def clip_message(
         clipped = text[:keep] + CLIP_MARKER.format(removed=len(text) - keep)
         return _with_block_text(message, clipped, block)
 
-    result = build(last_fitting(0, len(text) - 1, lambda keep: count(build(keep)) <= max_tokens))
-    meta = {**result.response_metadata, "langmem_ext": {"clipped_from_tokens": original}}
-    return result.model_copy(update={"response_metadata": meta})
+    return build(last_fitting(0, len(text) - 1, lambda keep: count(build(keep)) <= max_tokens))
+
+
+def _string_leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _string_leaves(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _string_leaves(item)
+
+
+def _longest_argument(message: BaseMessage) -> int:
+    """The length of the longest string in the arguments of ``message``'s tool calls (a broken
+    call's raw argument text included); 0 for a message that makes no call."""
+    if not isinstance(message, AIMessage):
+        return 0
+    leaves = [n for c in message.tool_calls for n in map(len, _string_leaves(c.get("args")))]
+    leaves += [len(c.get("args") or "") for c in message.invalid_tool_calls]
+    return max(leaves, default=0)
+
+
+def _clip_leaves(value: Any, limit: int) -> Any:
+    """``value`` (tool-call arguments) with every string longer than ``limit`` cut to ``limit``
+    characters plus the clip marker (when that makes it shorter); the structure (keys, lists,
+    numbers) unchanged."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value
+        clipped = value[:limit] + CLIP_MARKER.format(removed=len(value) - limit)
+        return clipped if len(clipped) < len(value) else value  # a short path stays as it is
+    if isinstance(value, dict):
+        return {k: _clip_leaves(v, limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clip_leaves(v, limit) for v in value]
+    return value
+
+
+def _with_clipped_arguments(message: AIMessage, limit: int) -> AIMessage:
+    """A copy of ``message`` whose tool-call arguments keep at most ``limit`` characters per
+    string, marked as clipped. The same calls (ids, names, argument keys), so their results
+    still answer them; the provider-specific copies of the arguments (``tool_use`` blocks in the
+    content, raw ``tool_calls`` in the additional kwargs) are clipped alike, so no full copy
+    travels beside the clipped one."""
+    calls = [{**c, "args": _clip_leaves(c.get("args", {}), limit)} for c in message.tool_calls]
+    by_id = {c.get("id"): c["args"] for c in calls}
+    broken = [{**c, "args": _clip_leaves(c.get("args"), limit)} for c in message.invalid_tool_calls]
+    content: Any = message.content
+    if isinstance(content, list):
+        content = [
+            {**b, "input": by_id[b.get("id")]}
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") in by_id
+            else b
+            for b in content
+        ]
+    extra = dict(message.additional_kwargs)
+    raw = extra.get("tool_calls")
+    if isinstance(raw, list):
+        extra["tool_calls"] = [
+            {**r, "function": {**r["function"], "arguments": json.dumps(by_id[r.get("id")])}}
+            if isinstance(r, dict) and isinstance(r.get("function"), dict) and r.get("id") in by_id
+            else r
+            for r in raw
+        ]
+    return message.model_copy(
+        update={
+            "tool_calls": calls,
+            "invalid_tool_calls": broken,
+            "content": content,
+            "additional_kwargs": extra,
+        }
+    )

@@ -52,7 +52,7 @@ from langmem_ext.core.messages import (
 from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
-from langmem_ext.errors import ContextOverflowError
+from langmem_ext.errors import ContextOverflowError, InvalidHistoryError
 
 __all__ = [
     "CutConfig",
@@ -225,15 +225,26 @@ class Selection:
     gap: bool = False
     #: index of the first message of the view's newest contiguous run (``first`` unless a gap)
     suffix: int | None = None
+    #: input messages a repair removed (orphan and duplicate tool results) in the selected units
+    #: and next to the view's newest run: in ``messages_dropped`` (not in ``kept``), but never
+    #: shown by any view, so they are not missing from it either (see :attr:`represented`)
+    repaired_away: int = 0
+
+    @property
+    def represented(self) -> int:
+        """Input messages the view stands for: those it keeps, and those a repair removed that no
+        view could show. What "is every message accounted for" (a fold's trigger, the
+        not-shown count, whether a verbatim message was cut) is measured against."""
+        return self.kept + self.repaired_away
 
     def missing_from(self, index: int, n: int) -> int:
         """How many of the input messages ``index..n-1`` the view leaves out (a gap view's head
-        counts as shown)."""
+        counts as shown; messages a repair removed count as represented)."""
         if self.suffix is None:
             return n - index
         if self.suffix <= index:
             return 0
-        head = self.kept - (n - self.suffix)  # the gap view's head messages
+        head = self.represented - (n - self.suffix)  # the gap view's head messages
         shown_head = head if self.gap and self.first is not None and self.first >= index else 0
         return max(self.suffix - index - shown_head, 0)
 
@@ -421,6 +432,8 @@ def _newest_human_turn(
         while walk.has(lead) and not leads(walk.units[lead].unit, start_on):
             lead += 1
         anchor = lead if walk.has(lead) else human
+    if anchor is None and start_on == "human":
+        raise _no_human_message(walk, messages)
     if anchor is not None and start_on == "human" and not leads(walk.units[anchor].unit, "human"):
         walk.replace(anchor, _from_human_message(walk.units[anchor].unit, messages))
     if anchor is None or not leads(walk.units[anchor].unit, start_on):
@@ -428,6 +441,23 @@ def _newest_human_turn(
         if anchor is None:
             human = -1
     return human, anchor, start_on
+
+
+def _no_human_message(walk: _Walk, messages: Sequence[BaseMessage]) -> InvalidHistoryError:
+    """The error for a history with no human message at all (the walk went through all of it).
+
+    No view of it is valid with ``start_on="human"``: providers want the first message after the
+    system message to be the user's, and making one up would put words in the user's mouth. So
+    every strategy refuses it the same way, before any summarizer call, naming the fix."""
+    first = walk.units[-1].unit.start
+    return InvalidHistoryError(
+        f"the history has no HumanMessage (messages[{first}:] hold only AI, tool and other "
+        "non-human messages), so no view can start with one as start_on='human' requires. "
+        "Add the user's message before calling the strategy, or pass start_on='any' to accept "
+        "a view that starts with an AI or tool message",
+        index=first,
+        message_id=ensure_message(messages[first], first).id if first < len(messages) else None,
+    )
 
 
 def _from_human_message(unit: Unit, messages: Sequence[BaseMessage]) -> Unit:
@@ -621,26 +651,32 @@ def _answered_after(messages: Sequence[BaseMessage], request: int, stop: int) ->
     return True
 
 
+def _repaired_away(unit: Unit) -> int:
+    """Input messages of ``unit`` a repair removed (orphan and duplicate results)."""
+    return sum(1 for _, why in unit.dropped if why != "cut")
+
+
 def _collect(
     walk: _Walk, chosen: list[int]
-) -> tuple[list[BaseMessage], list[SystemMessage], int, bool]:
+) -> tuple[list[BaseMessage], list[SystemMessage], int, bool, int]:
     """The messages of the walk positions ``chosen`` (oldest first), with the system messages
     found among them set apart; how many input messages they represent; whether a unit needed a
-    repair."""
+    repair; how many input messages a repair removed."""
     strays: list[SystemMessage] = []  # system messages later in the history
     body: list[BaseMessage] = []
-    kept_inputs = 0
+    kept_inputs = away = 0
     repaired = False
     for p in chosen:
         unit = walk.units[p].unit
         kept_inputs += unit.size - len(unit.dropped)
+        away += _repaired_away(unit)
         repaired = repaired or unit.repaired
         for m in unit.messages:
             if isinstance(m, SystemMessage):
                 strays.append(m)
             else:
                 body.append(m)
-    return body, strays, kept_inputs, repaired
+    return body, strays, kept_inputs, repaired, away
 
 
 def _assemble(
@@ -659,7 +695,7 @@ def _assemble(
     messages of the history merged in, or dropped), then the kept messages oldest first."""
     selected_set = set(selected)
     chosen = sorted(selected_set, reverse=True)  # oldest first
-    body, strays, kept_inputs, repaired = _collect(walk, chosen)
+    body, strays, kept_inputs, repaired, away = _collect(walk, chosen)
     leading: list[BaseMessage] = []
     if config.keep_system and (system is not None or strays):
         parts = ([system] if system is not None else []) + strays
@@ -695,6 +731,17 @@ def _assemble(
     newest_run = 0  # the newest contiguous run of walk positions: 0..newest_run
     while newest_run + 1 in selected_set:
         newest_run += 1
+    # orphan results right before the newest run (a run starts on a unit that may lead a view,
+    # never on an orphan): removed by the repair as much as those inside it; counted once, so an
+    # orphan neither reads as missing (a fold's trigger, "not shown") nor is shown
+    beyond = newest_run + 1
+    while chosen and beyond not in selected_set and walk.has(beyond):
+        unit = walk.units[beyond].unit
+        if unit.kind != "orphan":
+            break
+        away += _repaired_away(unit)
+        repaired = True
+        beyond += 1
     return Selection(
         view,
         total,
@@ -706,6 +753,7 @@ def _assemble(
         held=held,
         gap=gap,
         suffix=walk.units[newest_run].unit.start if chosen else None,
+        repaired_away=away,
     )
 
 
