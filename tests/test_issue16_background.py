@@ -100,10 +100,10 @@ from langmem_ext import (
 )
 from langmem_ext.core._state import FoldDeferred, Folded, FoldFailed, FoldOutcome
 from langmem_ext.core.fold import FoldRequest
-from langmem_ext.strategies.engine import _POOL, Strategy, _jobs_of
+from langmem_ext.strategies.engine import Strategy, _jobs_of
 
 COUNTER = ApproximateCounter()
-#: the worker threads of background folds (engine._POOL)
+#: the name of the threads background folds run in (one per job, engine._Jobs)
 POOL_THREAD = "langmem_ext-fold"
 #: a gate never opened by a failing test frees its worker thread after this long
 GATE_TIMEOUT = 30.0
@@ -320,7 +320,7 @@ def settle(strategy: Any, model: GatedModel, timeout: float = GATE_TIMEOUT) -> N
     queued behind folds that do: the pool is full), so what happens next does not depend on
     thread timing."""
     deadline = time.monotonic() + timeout
-    workers = _POOL._max_workers
+    workers = strategy.background_limit
     while True:
         jobs = background_jobs(strategy)
         with model.changed:

@@ -9,7 +9,8 @@ plain bookkeeping of one plan, in one place.
 * **Health** (``healthy`` → ``retrying`` → ``degraded`` → ``healthy``): :func:`may_try_fold` says
   whether the summarizer may be called now, :func:`health_after` moves ``health``, ``failures``,
   ``retry_at`` (exponential backoff, never sooner than the provider's ``retry_after``) and
-  ``last_error`` on an outcome.
+  ``last_error`` on an outcome; :func:`within_backoff` keeps ``retry_at`` within ``retry_max``
+  of the current clock, however far the clock stepped back.
 * **Rebasing after a removal**: when the messages ``[start, stop)`` after the system message are
   removed from the front of the stored history (rewrite mode of the surfaces), the state is
   moved with them by :func:`rebase_after_removal`, so the next turn sees an append-only history.
@@ -49,6 +50,7 @@ __all__ = [
     "removals_for_rewrite",
     "removed_messages",
     "settled",
+    "within_backoff",
 ]
 
 #: how much of a provider's error text the state keeps (it is stored with every checkpoint)
@@ -113,8 +115,28 @@ class RetryPolicy:
         return seconds
 
 
-def may_try_fold(state: MemoryState, now: float) -> bool:
-    """Whether the summarizer may be called now: it is healthy, or its backoff has passed."""
+def within_backoff(state: MemoryState, now: float, policy: RetryPolicy) -> MemoryState:
+    """``state`` with ``retry_at`` at most ``policy.retry_max`` after ``now``.
+
+    A clock that stepped back after a failure (NTP, a resumed VM, another worker's clock) would
+    otherwise leave ``retry_at`` far ahead of every later ``now``, and the summarizer would not
+    be tried again until the clock caught up (hours, or never). ``retry_max`` is the longest
+    wait the policy ever means, so a ``retry_at`` beyond it is moved to ``now + retry_max``, and
+    stays there (the plan stores it) while the clock runs on. A provider's ``Retry-After``
+    longer than ``retry_max`` is honoured by the failing call's ``retry_at`` only: the state
+    cannot tell it from a clock that stepped back, so later calls cap it too (set
+    ``retry_max`` above the longest ``Retry-After`` to honour)."""
+    limit = now + policy.retry_max
+    if state.retry_at is None or state.retry_at <= limit:
+        return state
+    return replace(state, retry_at=limit)
+
+
+def may_try_fold(state: MemoryState, now: float, policy: RetryPolicy | None = None) -> bool:
+    """Whether the summarizer may be called now: it is healthy, or its backoff has passed. With
+    ``policy``, the backoff is read as :func:`within_backoff` caps it."""
+    if policy is not None:
+        state = within_backoff(state, now, policy)
     return state.health == "healthy" or state.retry_at is None or now >= state.retry_at
 
 
