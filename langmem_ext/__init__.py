@@ -26,7 +26,9 @@ from langmem_ext.errors import (
     LangmemExtError,
     MemoryBudgetExceeded,
     MissingKeyError,
+    ModelBusyError,
     SummarizerError,
+    SummaryRejected,
     TokenCountError,
     TokenizerUnavailableError,
 )
@@ -50,10 +52,13 @@ from langmem_ext.strategies.presets import (
 )
 from langmem_ext.strategies.retrieval import Retrieval, RetrievalConfig
 from langmem_ext.strategies.summarize import Summarizer
+from langmem_ext.strategies.summary_checks import DEFAULT_CHECKS as DEFAULT_SUMMARY_CHECKS
+from langmem_ext.strategies.summary_checks import SummaryCheck, SummaryContext
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_SUMMARY_CHECKS",
     "AnthropicCounter",
     "ApproximateCounter",
     "CachedCounter",
@@ -81,6 +86,7 @@ __all__ = [
     "MemoryResult",
     "MemoryState",
     "MissingKeyError",
+    "ModelBusyError",
     "Retrieval",
     "RetrievalConfig",
     "SlidingWindow",
@@ -88,6 +94,9 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummaryBuffer",
+    "SummaryCheck",
+    "SummaryContext",
+    "SummaryRejected",
     "TieredSummary",
     "TiktokenCounter",
     "TokenBudget",

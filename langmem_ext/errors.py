@@ -13,6 +13,8 @@ from the builtin a caller would naturally catch, so ``except ValueError`` keeps 
     ├── GraphSchemaError (ValueError)          a graph state lacks a channel the node writes
     ├── MissingKeyError (KeyError)             a memory-key part is missing and may not default
     ├── SummarizerError (RuntimeError)         a fold failed after retries and the fallback
+    │   └── SummaryRejected                    ... because the answers failed the summary checks
+    ├── ModelBusyError (TimeoutError)          a local model still runs an abandoned call
     ├── TokenCountError (RuntimeError)         a provider's token-counting endpoint failed
     ├── TokenizerUnavailableError (RuntimeError) a tokenizer could not be loaded
     ├── EmbeddingDependencyError (ImportError) a runtime package of the local embedder is missing
@@ -38,8 +40,10 @@ __all__ = [
     "LangmemExtError",
     "MemoryBudgetExceeded",
     "MissingKeyError",
+    "ModelBusyError",
     "StoredStateError",
     "SummarizerError",
+    "SummaryRejected",
     "TokenCountError",
     "TokenizerUnavailableError",
 ]
@@ -181,6 +185,33 @@ class SummarizerError(LangmemExtError, RuntimeError):
         self.section = section
         self.attempts = attempts
         self.retry_after = retry_after
+
+
+class SummaryRejected(SummarizerError):
+    """The summarizer model answered, but a check refused the answer as a summary.
+
+    ``reason`` says why (the check's own words, e.g. "degenerate repetition: 'b' repeated 200
+    times (100% of the summary)"). Raised for a fold whose model (and fallback) kept answering
+    garbage; like any :class:`SummarizerError`, nothing was folded.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        section: str | None = None,
+        attempts: int = 0,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, section=section, attempts=attempts, retry_after=retry_after)
+        self.reason = reason
+
+
+class ModelBusyError(LangmemExtError, TimeoutError):
+    """A call could not start within its timeout: the model object is still running another
+    call (typically one abandoned at its own timeout), and it is not safe to run two at once.
+    A TimeoutError, so transient: retried with backoff, then a failed fold."""
 
 
 class TokenCountError(LangmemExtError, RuntimeError):

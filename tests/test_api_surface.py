@@ -4,7 +4,8 @@ Why: issue 12 moves code between modules (and later into subpackages) while ``fr
 import ...`` must keep working. These tests fail when a refactor drops or renames a public name,
 when a name is exported by accident, or when the README documents a name that does not import.
 Adding a public name is a decision: add it to ``EXPECTED`` here, in the same change (issue 16
-added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex).
+added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex; the summary checks
+added DEFAULT_SUMMARY_CHECKS, SummaryCheck, SummaryContext, SummaryRejected and ModelBusyError).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 #: ``langmem_ext.__all__``, exactly (sorted as ruff keeps it)
 EXPECTED = (
+    "DEFAULT_SUMMARY_CHECKS",
     "AnthropicCounter",
     "ApproximateCounter",
     "CachedCounter",
@@ -48,6 +50,7 @@ EXPECTED = (
     "MemoryResult",
     "MemoryState",
     "MissingKeyError",
+    "ModelBusyError",
     "Retrieval",
     "RetrievalConfig",
     "SlidingWindow",
@@ -55,6 +58,9 @@ EXPECTED = (
     "Summarizer",
     "SummarizerError",
     "SummaryBuffer",
+    "SummaryCheck",
+    "SummaryContext",
+    "SummaryRejected",
     "TieredSummary",
     "TiktokenCounter",
     "TokenBudget",

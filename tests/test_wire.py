@@ -297,7 +297,7 @@ async def test_an_over_budget_answer_is_compressed_then_clipped(
         return "Compressed: short enough." if compressed_fits else long
 
     llm_server.reply = reply
-    summarizer = make_summarizer(make_model(provider, llm_server))
+    summarizer = make_summarizer(make_model(provider, llm_server), validate=None)
     result = await run(make_buffer(summarizer), mode, history(21))
     fold, compress = llm_server.requests
     assert fold.transcript is not None and compress.transcript is None
@@ -862,7 +862,7 @@ def test_finding_the_previous_summary_cannot_close_the_prompt_fences(
         )
 
     llm_server.reply = reply
-    summarizer = make_summarizer(make_model("openai", llm_server))
+    summarizer = make_summarizer(make_model("openai", llm_server), validate=None)
     first = summarizer.fold({}, history(5))
     summarizer.fold(first, [message(6), message(7)])
     second = llm_server.requests[1].user_text

@@ -32,8 +32,11 @@ chains. This class has the same fields, methods and outputs (same model, same co
   counting, which may do network I/O, runs in a worker thread.
 
 Also: a summarizer failure loses nothing (legacy has already popped the messages from an
-in-memory history when the summarizer raises), and a typo'd constructor argument is an error
-(legacy ignores unknown arguments).
+in-memory history when the summarizer raises), a summary that is empty or fails the summary
+checks (``validate_summary``, see :mod:`~langmem_ext.strategies.summary_checks`: degenerate
+repetition, an echoed prompt, a refusal ...) is a failure too (legacy prunes the messages and
+keeps the empty or garbage summary), and a typo'd constructor argument is an error (legacy
+ignores unknown arguments).
 
 With ``langchain-classic`` installed (the ``classic`` extra) the class is a
 ``langchain_classic.base_memory.BaseMemory`` and works in ``ConversationChain`` and the other
@@ -70,6 +73,13 @@ from langmem_ext.errors import (
     StoredStateError,  # re-exported here
 )
 from langmem_ext.integrations._store import Flow, Io, StateStore, Within, arun, run, single
+from langmem_ext.strategies.summary_checks import (
+    DEFAULT_CHECKS,
+    SummaryContext,
+    SummaryRejected,
+    checks_of,
+    first_rejection,
+)
 
 if TYPE_CHECKING:
     from langchain_classic.base_memory import BaseMemory as _MemoryBase
@@ -440,7 +450,14 @@ class ConversationSummaryBufferMemory(_MemoryBase):
       backlog (say, the first prune of a long history a legacy memory never pruned) is folded in
       several chained calls, the watermark moving after each (None: one call, as legacy);
     * ``delete_pruned``: remove pruned messages from an ``InMemoryChatMessageHistory``, as legacy
-      does, instead of keeping them behind the watermark.
+      does, instead of keeping them behind the watermark;
+    * ``validate_summary``: the checks a new summary must pass (a check ``(summary, context) ->
+      str | None``, a sequence of them, or None; default: the built-in
+      :data:`~langmem_ext.strategies.summary_checks.DEFAULT_CHECKS`). An empty summary, or one
+      a check rejects, is not committed: ``save_context``/``prune`` raise
+      :class:`~langmem_ext.strategies.summary_checks.SummaryRejected` (with ``reason``), as
+      they raise any summarizer failure, and no message is pruned (the buffer keeps them; the
+      next ``save_context`` tries again).
 
     Chain fields that legacy code often passes to the memory as well (``verbose``, ``callbacks``,
     ``callback_manager``, ``tags``, ``metadata``, ``name``) are accepted, as legacy accepts them
@@ -480,6 +497,8 @@ class ConversationSummaryBufferMemory(_MemoryBase):
     """A ``CounterLike`` (langmem_ext.core.tokens.as_counter): None counts with ``llm``."""
     summarize_batch_tokens: int | None = None
     delete_pruned: bool = False
+    validate_summary: Any = Field(default=DEFAULT_CHECKS, exclude=True)
+    """Summary checks (``Summarizer(validate=)``'s argument): a check, a sequence, or None."""
     # chain fields legacy users pass to the memory too (legacy ignores them; see the docstring)
     name: str | None = None
     verbose: bool = False
@@ -530,6 +549,7 @@ class ConversationSummaryBufferMemory(_MemoryBase):
                 f"{self.summarize_batch_tokens!r}"
             )
         self._runtime.counter = self._resolve_counter()  # fails here on a bad token_counter
+        checks_of(self.validate_summary)  # TypeError here on a bad validate_summary
         if self.store is None and not isinstance(self.chat_memory, InMemoryChatMessageHistory):
             warnings.warn(
                 f"{type(self.chat_memory).__name__} outlives this memory object, but without "
@@ -676,9 +696,46 @@ class ConversationSummaryBufferMemory(_MemoryBase):
         predict = self.predict_new_summary, self.apredict_new_summary
         done = 0
         for size in _batches(counts[:k], self.summarize_batch_tokens):
-            summary = yield Io.of(*predict, buffer[done : done + size], self._state.summary)
+            batch = buffer[done : done + size]
+            summary = yield Io.of(*predict, batch, self._state.summary)
+            self._check_summary(summary, batch, self._state.summary)  # before anything moves
             done += size
             yield from self._commit_flow(self._folded_state(messages, start + done, size, summary))
+
+    def _check_summary(
+        self, summary: Any, batch: Sequence[BaseMessage], existing_summary: str
+    ) -> None:
+        """Raise :class:`SummaryRejected` when ``summary`` (the summarizer's answer for
+        ``batch``) is empty or fails a check: it is not committed and nothing is pruned."""
+        reason: str | None
+        if not isinstance(summary, str) or not summary.strip():
+            reason = f"the summarizer returned an empty summary ({summary!r})"
+        else:
+            new_lines = _get_buffer_string(
+                batch, human_prefix=self.human_prefix, ai_prefix=self.ai_prefix
+            )
+            try:
+                prompt: tuple[BaseMessage, ...] = (
+                    HumanMessage(self.prompt.format(summary=existing_summary, new_lines=new_lines)),
+                )
+            except Exception:  # a custom prompt that does not format to text: checks without it
+                prompt = ()
+            context = SummaryContext(
+                section="summary",
+                previous=existing_summary,
+                transcript=tuple(new_lines.splitlines()),
+                prompt=prompt,
+            )
+            reason = first_rejection(summary, context, checks_of(self.validate_summary))
+        if reason is None:
+            return
+        raise SummaryRejected(
+            f"the new summary was rejected: {reason}; no message was pruned (the buffer keeps "
+            f"the {len(batch)} message(s), the next save_context tries again)",
+            reason=reason,
+            section="summary",
+            attempts=1,
+        )
 
     def _clear_flow(self) -> Flow[None]:
         yield Io(self.chat_memory.clear, self.chat_memory.aclear)

@@ -11,8 +11,12 @@ it, one flow (a generator of :class:`_Invoke` / :class:`_Sleep` steps, like http
 and :meth:`Summarizer.afold` (async) are thin drivers that only perform those two kinds of I/O,
 so both share one logic:
 
-* every model call has a ``timeout`` (60 s by default); a call that does not answer in time is
-  abandoned and counts as a transient failure;
+* every model call has a ``timeout`` (60 s by default: use ``None`` or a much larger one for a
+  slow local model); a call that does not answer in time is abandoned and counts as a transient
+  failure, and no other call starts on a model that is not thread-safe while it still runs
+  (``exclusive``);
+* every answer is checked before it becomes the summary (``validate``, see
+  :mod:`~langmem_ext.strategies.summary_checks`): a rejected one is a transient failure;
 * transient failures (timeouts, connection errors, 408/409/425/429/5xx/529, a malformed 200 body,
   an answer without text) are retried up to ``max_attempts`` with exponential backoff and jitter,
   waiting at least what the provider asked in ``Retry-After`` / ``retry-after-ms``
@@ -39,6 +43,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -54,15 +59,25 @@ from langmem_ext.core._fences import neutralize
 from langmem_ext.core._text import clip_text, longest_prefix_within
 from langmem_ext.core._transcript import render_message, render_transcript
 from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
-from langmem_ext.errors import SummarizerError
+from langmem_ext.errors import ModelBusyError, SummarizerError
+from langmem_ext.strategies.summary_checks import (
+    DEFAULT_CHECKS,
+    SummaryCheck,
+    SummaryContext,
+    SummaryRejected,
+    checks_of,
+    first_rejection,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "TEMPLATES",
+    "ModelBusyError",
     "ModelCall",
     "Summarizer",
     "SummarizerError",
     "SummarizerLike",
+    "SummaryRejected",
     "is_context_overflow",
     "is_transient",
     "render_message",
@@ -128,12 +143,16 @@ class _EmptyAnswer(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ModelCall:
-    """One request to the summarizer model: the prompt and the output limit."""
+    """One request to the summarizer model: the prompt and the output limit; ``previous`` and
+    ``transcript`` are what the prompt carries as data (the summary so far, or the summary to
+    compress, and the transcript lines), for the checks of the answer."""
 
     prompt: tuple[BaseMessage, ...]
     max_tokens: int
     section: str
     kind: Literal["fold", "compress"]
+    previous: str = ""
+    transcript: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,9 +231,12 @@ def _malformed_answer(error: BaseException) -> bool:
 def is_transient(error: BaseException) -> bool:
     """Worth retrying: rate limits, timeouts, connection failures, 5xx answers (529 included),
     errors LangChain marks ``is_retryable``, and malformed 200 answers (a body that is not JSON,
-    or of the wrong shape, or without text). A 400 (e.g. a context-length error), an
-    authentication error or a bug in a callable is not."""
+    or of the wrong shape, or without text), and an answer the summary checks rejected
+    (:class:`SummaryRejected`: a model that samples often answers well the next time). A 400
+    (e.g. a context-length error), an authentication error or a bug in a callable is not."""
     if isinstance(error, (TimeoutError, ConnectionError, asyncio.TimeoutError)):
+        return True
+    if isinstance(error, SummaryRejected):  # garbage from a sampling model: worth one more try
         return True
     if _malformed_answer(error):
         return True
@@ -379,30 +401,190 @@ def _call_with_timeout(fn: Callable[[], _T], timeout: float | None) -> _T:
     interrupted in Python, so it runs in a daemon thread (with the caller's context variables,
     so LangChain callbacks and tracing follow it); an abandoned call may still finish in the
     background, its answer discarded, until the model's own client gives up on it."""
-    if timeout is None:
-        return fn()
+    return _call_on_model(fn, timeout, None)
+
+
+# --- one call at a time on a model that is not thread-safe ----------------------------------
+
+#: a lock per model object that must not run two calls at once (see :func:`_model_lock`), by
+#: ``id``; the entry goes with the object (a weakref callback), so ids are never confused
+_LOCKS: dict[int, tuple[weakref.ref[Any], threading.Lock]] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _model_object(runnable: Runnable[Any, Any]) -> Any:
+    """What a call on ``runnable`` really runs on: under its bindings (``self._bound`` makes a
+    fresh binding per call), the model's ``client`` when it has one (llama.cpp's ``Llama``,
+    shared by a ChatLlamaCpp and its copies), the function of a RunnableLambda; else the model."""
+    while isinstance(runnable, RunnableBinding):
+        runnable = runnable.bound
+    inner: Any = runnable
+    if isinstance(runnable, RunnableLambda):
+        inner = getattr(runnable, "func", None) or getattr(runnable, "afunc", None) or runnable
+    else:
+        client = getattr(runnable, "client", None)
+        if client is not None and not isinstance(client, (str, bytes, int, float, bool)):
+            inner = client
+    try:
+        weakref.ref(inner)
+    except TypeError:
+        return runnable
+    return inner
+
+
+def _model_lock(model: Any) -> threading.Lock | None:
+    """The lock of ``model`` (created on first use), None when it cannot be weakly referenced
+    (such a model is called without one)."""
+    key = id(model)
+    with _LOCKS_GUARD:
+        found = _LOCKS.get(key)
+        if found is not None and found[0]() is model:
+            return found[1]
+
+        def forget(_: weakref.ref[Any], key: int = key) -> None:
+            with _LOCKS_GUARD:
+                entry = _LOCKS.get(key)
+                if entry is not None and entry[0]() is None:
+                    del _LOCKS[key]
+
+        try:
+            ref = weakref.ref(model, forget)
+        except TypeError:
+            return None
+        lock = threading.Lock()
+        _LOCKS[key] = (ref, lock)
+        return lock
+
+
+def _is_sync_only(runnable: Runnable[Any, Any]) -> bool:
+    """A chat model with no async implementation of its own: it only implements
+    ``_generate``/``_stream`` (ChatLlamaCpp, a HuggingFace pipeline ... in-process models,
+    which LangChain's ``ainvoke`` merely runs in an executor thread). Models with native async
+    (the HTTP clients: ChatOpenAI, ChatAnthropic, ChatOllama ...) are not, and neither is a
+    plain callable: what it calls is its author's to say (``exclusive=True``)."""
+    while isinstance(runnable, RunnableBinding):
+        runnable = runnable.bound
+    if isinstance(runnable, BaseChatModel):
+        kind = type(runnable)
+        return kind._agenerate is BaseChatModel._agenerate and (
+            kind._astream is BaseChatModel._astream
+        )
+    return False
+
+
+def _busy(timeout: float) -> ModelBusyError:
+    return ModelBusyError(
+        f"the summarizer model is still busy with an earlier call (probably one abandoned at "
+        f"its timeout that is still running) after waiting timeout={timeout:g} s; a second call "
+        "is never started on the same model object meanwhile (in-process models such as "
+        "llama.cpp are not thread-safe): give Summarizer a larger timeout= (or None) for a "
+        "slow local model"
+    )
+
+
+class _Handoff:
+    """Who gave up first, the caller or the worker waiting for the model's lock: decided under
+    one lock, so a call either starts (and the caller's timeout says it was abandoned) or never
+    does (and the caller says the model was busy)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started = False
+        self._abandoned = False
+
+    def start(self) -> bool:
+        """The worker got the model: may it call? (not when the caller already gave up)"""
+        with self._lock:
+            self._started = not self._abandoned
+            return self._started
+
+    def abandon(self) -> bool:
+        """The caller gives up: had the call started?"""
+        with self._lock:
+            self._abandoned = True
+            return self._started
+
+
+def _start_call(
+    fn: Callable[[], _T], timeout: float | None, lock: threading.Lock | None
+) -> tuple[Future[_T], _Handoff]:
+    """Run ``fn`` in a daemon thread (with the caller's context variables), holding ``lock``
+    (waited for at most ``timeout``) for as long as ``fn`` runs, even after the caller gave up
+    on it. Returns the future and the handoff the caller abandons when it gives up: a call
+    still waiting for the lock then never starts."""
     future: Future[_T] = Future()
+    handoff = _Handoff()
 
     def work() -> None:
         if not future.set_running_or_notify_cancel():  # pragma: no cover - never cancelled
             return
+        if lock is not None and not lock.acquire(timeout=-1 if timeout is None else timeout):
+            future.set_exception(_busy(timeout or 0.0))
+            return
         try:
+            if not handoff.start():  # the caller gave up while we waited for the model
+                future.set_exception(_busy(timeout or 0.0))
+                return
             future.set_result(fn())
         except BaseException as error:  # delivered to the caller by future.result()
             future.set_exception(error)
+        finally:
+            if lock is not None:
+                lock.release()
 
     context = contextvars.copy_context()
     worker = threading.Thread(
         target=context.run, args=(work,), name="langmem_ext-summarizer", daemon=True
     )
     worker.start()
+    return future, handoff
+
+
+def _gave_up(future: Future[Any], handoff: _Handoff, timeout: float) -> BaseException:
+    """The error of a caller whose ``timeout`` passed: the model was busy (the call never
+    started, and never will) or the call was abandoned while running."""
+    if not handoff.abandon():
+        return _busy(timeout)
+    return _timed_out(timeout)
+
+
+def _call_on_model(fn: Callable[[], _T], timeout: float | None, lock: threading.Lock | None) -> _T:
+    """``fn()`` within ``timeout`` (TimeoutError after it; the call is abandoned in its daemon
+    thread), holding ``lock`` when given: waiting for the lock counts in the timeout."""
+    if timeout is None:
+        if lock is None:
+            return fn()
+        with lock:
+            return fn()
+    future, handoff = _start_call(fn, timeout, lock)
     try:
         return future.result(timeout)
     except FutureTimeout:
         # since 3.11 FutureTimeout *is* TimeoutError: a call that raised one itself is done
         if future.done():
             raise
-        raise _timed_out(timeout) from None
+        raise _gave_up(future, handoff, timeout) from None
+
+
+async def _acall_on_model(
+    fn: Callable[[], _T], timeout: float | None, lock: threading.Lock | None
+) -> _T:
+    """Async :func:`_call_on_model`: the sync ``fn`` in a daemon thread of our own, awaited
+    (not the event loop's default executor, which ``asyncio.run`` waits for at exit)."""
+    future, handoff = _start_call(fn, timeout, lock)
+    waiting = asyncio.wrap_future(future)
+    try:
+        done, _ = await asyncio.wait({waiting}, timeout=timeout)
+    except BaseException:  # cancelled from outside: give the call up
+        handoff.abandon()
+        waiting.cancel()
+        raise
+    if not done:
+        assert timeout is not None
+        # detached from the worker: its late answer is dropped, even after the loop closed
+        waiting.cancel()
+        raise _gave_up(future, handoff, timeout)
+    return waiting.result()
 
 
 async def _await_with_timeout(call: Awaitable[_T], timeout: float | None) -> _T:
@@ -499,6 +681,40 @@ class Summarizer:
             abandoned: that thread may finish in the background (its answer is discarded)
             until the model's own client times out. One fold can take up to about
             ``max_attempts x (timeout + retry_max_wait)`` per chained call.
+            **Local models** (llama.cpp, a HuggingFace pipeline on a CPU): 60 s suits hosted
+            APIs, not a model that writes a 1,000-token summary at a few tokens per second (one
+            fold of a small model on a loaded CPU took 386 s); with the default most calls are
+            abandoned, retried and abandoned again, and nothing is ever folded. Give such a
+            model ``timeout=None`` (a background fold, ``fold_wait=``, keeps the turn from
+            waiting on it) or a timeout well above its slowest summary, e.g.
+            ``timeout=600``.
+        validate: the checks an answer must pass before it becomes the summary (see
+            :mod:`~langmem_ext.strategies.summary_checks` and ``docs/summary_validation.md``): a
+            callable ``(summary, context) -> str | None`` (None accepts, a string is the reason
+            to reject), a sequence of them, or None for no checks. Default: the built-in
+            :data:`~langmem_ext.strategies.summary_checks.DEFAULT_CHECKS` (degenerate
+            repetition, echoed prompt markup or instructions, a refusal, no content in common
+            with the input, implausible length). A rejected answer is a transient failure (a
+            model that samples usually answers better the next time): retried within
+            ``max_attempts``, then the fallback, then :class:`SummaryRejected` (``.reason``): a
+            failed fold, nothing folded, the reason in ``state.last_error``. A rejected
+            *compress* answer is not a failure: the summary it was to shorten is clipped.
+        exclusive: never run two calls on the model object at once, even when one was
+            abandoned at its timeout and may still be running (its thread cannot be stopped).
+            Default (None): on for chat models without an async implementation of their own
+            (in-process models such as ChatLlamaCpp, whose ``Llama`` object is not
+            thread-safe), off for models with native async (HTTP clients, which serve
+            concurrent calls: an abandoned request only holds a connection) and for plain
+            callables (pass ``exclusive=True`` when yours runs a local model). The lock
+            belongs to the model object under any binding (its ``client`` when it has one),
+            so every Summarizer on that object shares it. A new call *waits* for the running
+            one, within its own ``timeout``, rather than failing at once: a slow local model
+            often finishes its abandoned call soon after, and the next call can then run at
+            once instead of spending an attempt; a call still waiting when its timeout ends
+            fails with ``ModelBusyError`` (a TimeoutError: retried, then a failed fold and the
+            strategy's backoff), and never starts later. In the async API such a model runs
+            in a daemon thread of ours, not in the event loop's executor (which
+            ``asyncio.run`` would wait for).
 
     Context-length errors: a call refused as longer than the model's window (a 400 saying so) is
     not retried as it is; the fold halves its input for the rest of the fold (smaller chained
@@ -525,7 +741,10 @@ class Summarizer:
         retry_initial_wait: float = 1.0,
         retry_max_wait: float = 20.0,
         timeout: float | None = DEFAULT_TIMEOUT,
+        validate: SummaryCheck | Sequence[SummaryCheck] | None = DEFAULT_CHECKS,
+        exclusive: bool | None = None,
     ) -> None:
+        self.validate: tuple[SummaryCheck, ...] = checks_of(validate)
         self.templates, self.instructions = _section_instructions(templates, prompt)
         budgets = _section_budgets(self.templates, max_summary_tokens)
         self.section_budgets = budgets
@@ -544,6 +763,9 @@ class Summarizer:
         self.timeout = None if timeout is None else _seconds("timeout", timeout, positive=True)
         self.model = model
         self._runnable = _without_sdk_retries(_as_runnable(model))
+        if exclusive is not None and not isinstance(exclusive, bool):
+            raise TypeError(f"exclusive must be True, False or None (auto), got {exclusive!r}")
+        self.exclusive = _is_sync_only(self._runnable) if exclusive is None else exclusive
         self.counter: TokenCounter = as_counter(counter)
         self.max_attempts = max_attempts
         self.fallback: Summarizer | None
@@ -561,6 +783,7 @@ class Summarizer:
                 retry_initial_wait=retry_initial_wait,
                 retry_max_wait=retry_max_wait,
                 timeout=timeout,
+                validate=self.validate,
             )
 
     def __repr__(self) -> str:
@@ -669,13 +892,16 @@ class Summarizer:
         """``summary`` within its section budget before it is carried into the next call (or
         returned), so a model that overran its limit cannot starve the rest of the chain of
         input room: compressed once, then clipped with a visible marker. A compress call
-        refused as too long (only the summary was sent) leaves clipping."""
+        refused as too long (only the summary was sent) or rejected by the checks leaves
+        clipping."""
         budget = self.section_budgets[section]
         if self.counter.count_text(summary) <= budget:
             return summary
-        with contextlib.suppress(_ContextOverflow):
+        # a compress answer refused as too long or rejected by the checks: the summary (which
+        # passed them) is clipped instead
+        with contextlib.suppress(_ContextOverflow, SummaryRejected):
             summary = yield ModelCall(
-                self._compress_prompt(section, summary), budget, section, "compress"
+                self._compress_prompt(section, summary), budget, section, "compress", summary
             )
         if self.counter.count_text(summary) > budget:
             summary = clip_text(summary, budget, self.counter.count_text, _CLIPPED)
@@ -695,7 +921,7 @@ class Summarizer:
             chunk = self._next_chunk(pending, room, budget)
             prompt = self._prompt(section, summary, chunk)
             try:
-                summary = yield ModelCall(prompt, budget, section, "fold")
+                summary = yield ModelCall(prompt, budget, section, "fold", summary, tuple(chunk))
             except _ContextOverflow as refused:
                 limit = self._shrunk_limit(section, refused, prompt, limit, floor)
                 pending[:0] = chunk  # read again, in smaller calls: never skipped
@@ -757,6 +983,14 @@ class Summarizer:
                 f" (the provider asked to retry after {asked:g} s, more than "
                 f"retry_max_wait={self.retry_max_wait:g} s)"
             )
+        if isinstance(error, SummaryRejected):  # the reason first: last_error keeps 300 chars
+            return SummaryRejected(
+                f"the {call.section!r} summary was rejected after {attempts} attempt(s): "
+                f"{error.reason}",
+                reason=error.reason,
+                section=call.section,
+                attempts=attempts,
+            )
         kind = _ContextOverflow if is_context_overflow(error) else SummarizerError
         return kind(
             f"summarizing the {call.section!r} section failed after {attempts} "
@@ -766,14 +1000,36 @@ class Summarizer:
             retry_after=asked,
         )
 
+    def _context(self, call: ModelCall) -> SummaryContext:
+        return SummaryContext(
+            section=call.section,
+            kind=call.kind,
+            previous=call.previous,
+            transcript=call.transcript,
+            instructions=self.instructions[call.section],
+            prompt=call.prompt,
+            max_tokens=call.max_tokens,
+        )
+
+    def _checked(self, text: str, call: ModelCall) -> str:
+        """``text`` when every check accepts it; a :class:`SummaryRejected` otherwise."""
+        reason = first_rejection(text, self._context(call), self.validate)
+        if reason is None:
+            return text
+        logger.info("langmem_ext: summary rejected (%s): %s", call.section, reason)
+        raise SummaryRejected(f"the summary was rejected: {reason}", reason=reason)
+
     def _attempts_flow(self, call: ModelCall) -> _Flow[str]:
-        """This model alone (no fallback), with retries; the failure as a SummarizerError."""
-        request = _Invoke(self._bound(call.max_tokens), list(call.prompt), self.timeout)
+        """This model alone (no fallback), with retries; the failure as a SummarizerError. An
+        answer the checks (``validate``) reject is a transient failure like an empty one."""
+        # looked up per call (a lock is not copyable, a Summarizer is)
+        lock = _model_lock(_model_object(self._runnable)) if self.exclusive else None
+        request = _Invoke(self._bound(call.max_tokens), list(call.prompt), self.timeout, lock)
         attempt = 0
         while True:
             attempt += 1
             try:
-                return _output_text((yield request))
+                return self._checked(_output_text((yield request)), call)
             except Exception as error:
                 wait = self._wait(attempt, error)
                 if wait is None:
@@ -804,6 +1060,10 @@ class Summarizer:
                 reply: str | _Raised = yield from self._call_flow(call)
             except _ContextOverflow as refused:
                 reply = _Raised(refused)
+            except SummaryRejected as rejected:
+                if call.kind != "compress":
+                    raise
+                reply = _Raised(rejected)  # the plan clips the summary instead
             call, result = _resume(plan, reply)
         return cast("dict[str, str]", result)
 
@@ -834,6 +1094,9 @@ class _Invoke:
     runnable: Runnable[Any, Any]
     prompt: list[BaseMessage]
     timeout: float | None
+    #: held for the whole call, even once abandoned, when the model must run one call at a
+    #: time (see ``Summarizer(exclusive=)``)
+    lock: threading.Lock | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -879,7 +1142,7 @@ def _perform(step: _Invoke | _Sleep) -> Any:
         return None
     try:
         invoke = functools.partial(step.runnable.invoke, step.prompt)
-        return _call_with_timeout(invoke, step.timeout)
+        return _call_on_model(invoke, step.timeout, step.lock)
     except Exception as error:
         return _Raised(error)
 
@@ -890,6 +1153,9 @@ async def _aperform(step: _Invoke | _Sleep) -> Any:
         await step.owner.asleep(step.seconds)
         return None
     try:
+        if step.lock is not None:  # a sync-only model: in a thread of ours, one call at a time
+            invoke = functools.partial(step.runnable.invoke, step.prompt)
+            return await _acall_on_model(invoke, step.timeout, step.lock)
         return await _await_with_timeout(step.runnable.ainvoke(step.prompt), step.timeout)
     except Exception as error:
         return _Raised(error)
@@ -952,14 +1218,20 @@ def _section_budgets(
 
 def _both_failed(first: SummarizerError, second: SummarizerError) -> SummarizerError:
     """One error for a call the model and its fallback both failed. It is a context overflow
-    when either was (a smaller input may let that one answer)."""
+    when either was (a smaller input may let that one answer), a :class:`SummaryRejected` when
+    both answered garbage (the reason: the fallback's)."""
     overflow = isinstance(first, _ContextOverflow) or isinstance(second, _ContextOverflow)
+    message = f"{first}; the fallback failed too: {second}"
+    section = second.section or first.section
+    attempts = first.attempts + second.attempts
+    if not overflow and isinstance(first, SummaryRejected) and isinstance(second, SummaryRejected):
+        return SummaryRejected(message, reason=second.reason, section=section, attempts=attempts)
     kind = _ContextOverflow if overflow else SummarizerError
     asked = [a for a in (first.retry_after, second.retry_after) if a is not None]
     return kind(
-        f"{first}; the fallback failed too: {second}",
-        section=second.section or first.section,
-        attempts=first.attempts + second.attempts,
+        message,
+        section=section,
+        attempts=attempts,
         retry_after=max(asked) if asked else None,
     )
 
