@@ -15,6 +15,7 @@ flag to change, exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -241,8 +242,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tolerant_output() -> None:
+    """Make stdout and stderr replace what their encoding cannot show (``?``) instead of
+    raising: under ``LANG=C`` or ``PYTHONIOENCODING=ascii`` the tables' ``÷``, ``…`` and the
+    transcripts' own text would otherwise end the run with a codec error."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        # "strict", or "surrogateescape" (what Python picks for the C/POSIX locale)
+        if callable(reconfigure) and getattr(stream, "errors", None) in (
+            "strict",
+            "surrogateescape",
+        ):
+            with contextlib.suppress(ValueError, OSError):  # a closed or odd stream
+                reconfigure(errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (2: a usage or configuration error)."""
+    _tolerant_output()
     args, rest = _parser().parse_known_args(argv)  # exits 2 with the flag's range on a bad value
     if args.command == "seed-tiktoken":  # its own parser: langmem_ext.tiktoken_seed
         from langmem_ext.tiktoken_seed import main as seed_main

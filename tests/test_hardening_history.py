@@ -448,14 +448,13 @@ def _session(session: str) -> dict[str, Any]:
     return {"configurable": {"session_id": session}}
 
 
-def test_item12_shared_default_and_explicit_keys_are_accepted() -> None:
+def test_item12_shared_default_is_accepted_and_default_keys_are_refused() -> None:
     store, strategy, backing = InMemoryStore(), make_strategy(), InMemoryChatMessageHistory()
     shared = ManagedChatMessageHistory(backing, strategy, store=store, shared_default=True)
     assert shared.key == MemoryKey()
-    # an explicit key is explicit, even the all-default one
-    assert ManagedChatMessageHistory(backing, strategy, store=store, key=MemoryKey()).key == (
-        MemoryKey()
-    )
+    # a key built by hand fails closed too: its session is the shared default
+    with pytest.raises(MissingKeyError, match="session"):
+        ManagedChatMessageHistory(backing, strategy, store=store, key=MemoryKey())
     # a session is enough: tenant and user may default (require_explicit_key asks for them)
     by_session = ManagedChatMessageHistory(backing, strategy, store=store, config=_session("s"))
     assert by_session.key == MemoryKey(session="s")

@@ -434,12 +434,13 @@ def test_item12_the_part_each_scope_needs_must_be_given(
         asyncio.run(strategy.aview(messages, key=key))
 
 
-def test_item12_no_key_at_all_is_refused_and_explicit_keys_are_explicit() -> None:
+def test_item12_no_key_at_all_is_refused_and_default_parts_of_explicit_keys_too() -> None:
     strategy = Retrieval(TokenBudget(900), store=InMemoryStore())
     with pytest.raises(MissingKeyError, match="session"):
         strategy.apply([HumanMessage("hello there friend")])
-    # a key built by hand is explicit, even with "default" parts
-    strategy.apply([HumanMessage("hello there friend")], key=MemoryKey())
+    # a key built by hand fails closed too: its session is the shared default
+    with pytest.raises(MissingKeyError, match="session"):
+        strategy.apply([HumanMessage("hello there friend")], key=MemoryKey())
     # the strategy's own key fills the parts a call's config did not give
     own = Retrieval(TokenBudget(900), store=InMemoryStore(), scope="user", key=ANN)
     assert own._key(MemoryKey.from_config({"configurable": {"thread_id": "t9"}})) == MemoryKey(

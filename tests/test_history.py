@@ -413,7 +413,7 @@ async def test_the_async_path_is_async_throughout() -> None:
 @pytest.mark.parametrize(
     ("one", "two"),
     [
-        (MemoryKey("a:b", "c"), MemoryKey("a", "b:c")),  # collide under naive ":" joining
+        (MemoryKey("a:b", "c", "s"), MemoryKey("a", "b:c", "s")),  # collide under naive ":" joining
         (MemoryKey("t", "a/b", "c"), MemoryKey("t", "a", "b/c")),
         (MemoryKey("t", "u", "a.b"), MemoryKey("t", "u.a", "b")),
         (MemoryKey("acme", "u1", "s1"), MemoryKey("acme", "u1", "s2")),  # sessions

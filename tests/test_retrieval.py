@@ -341,7 +341,7 @@ def test_identical_texts_never_cross_tenants_users_or_threads() -> None:
         MemoryKey("acme", "ann", "t2"),
         MemoryKey("acme", "bob", "t1"),
         MemoryKey("globex", "ann", "t1"),
-        MemoryKey("acme:ann", "t1", "default"),  # would collide under naive joining
+        MemoryKey("acme:ann", "t1", "t0"),  # would collide under naive joining
     ]
     results = {}
     for key in keys:

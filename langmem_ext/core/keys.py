@@ -10,6 +10,18 @@ non-empty and free of ``.`` (which LangGraph's stores reserve as their namespace
 (``tenant_id``, ``user_id``, then ``session_id`` or ``thread_id``). A missing part falls back to
 ``"default"``, unless ``require_explicit_key=True``: then it fails closed with
 :class:`MissingKeyError`, so a multi-tenant service can never read a shared default memory.
+
+Isolation fails closed for every key, however it was made. Memory kept outside the graph state
+(``Retrieval``, the chat-history surface over a store) calls :meth:`MemoryKey.require` for its
+scope, and a part that scope needs counts as missing when it was not given (``defaulted``) *or*
+its value is the shared ``"default"``: ``MemoryKey(session="s")`` names no user, so a
+``scope="user"`` memory refuses it exactly as it refuses a config without ``user_id``. Sharing a
+default memory is an explicit opt-in (``shared_default=True``), never a fallback. Memory kept in
+the graph state (``MemoryNode``, ``MemoryMiddleware``) is per thread already and needs no key.
+
+Every part must be encodable text: a lone surrogate (``"\\ud800"``, e.g. from a badly decoded
+header) is refused with a ``ValueError`` naming the part, not a ``UnicodeEncodeError`` from deep
+inside a store call.
 """
 
 from __future__ import annotations
@@ -70,6 +82,14 @@ class MemoryKey:
                 raise TypeError(f"MemoryKey.{name} must be a str, got {type(value).__name__}")
             if not value:
                 raise ValueError(f"MemoryKey.{name} must not be empty")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"MemoryKey.{name} must be encodable text: {value!r} holds a lone surrogate "
+                    f"at index {exc.start} (decode the source with errors='strict' or "
+                    f"'replace')"
+                ) from None
 
     def labels(self) -> tuple[str, str, str]:
         """The encoded parts: namespace labels with no ``.``, never empty, never colliding."""
@@ -77,18 +97,23 @@ class MemoryKey:
 
     def missing_for(self, scope: str) -> tuple[str, ...]:
         """The parts that identify a ``scope`` (``"session"``: the session; ``"user"``: the
-        user; ``"tenant"``: the tenant) and were not given, so fell back to the shared
-        ``"default"``. Memory that lives outside the graph state must not run on such a key
-        unless the application opts into a shared default explicitly: two users without a
-        ``user_id`` would otherwise read each other's memory."""
+        user; ``"tenant"``: the tenant) and are the shared ``"default"``: not given (listed in
+        ``defaulted``) or given as ``"default"``, which is the same memory for every caller.
+        Memory that lives outside the graph state must not run on such a key unless the
+        application opts into a shared default explicitly: two users without a user would
+        otherwise read each other's memory, whether the key came from a config or was built
+        by hand (``MemoryKey(session="s")`` has no user)."""
         needed = {"tenant": ("tenant",), "user": ("user",), "session": ("session",)}.get(scope)
         if needed is None:
             raise ValueError(f"scope must be 'tenant', 'user' or 'session', got {scope!r}")
-        return tuple(part for part in needed if part in self.defaulted)
+        return tuple(
+            part for part in needed if part in self.defaulted or getattr(self, part) == DEFAULT
+        )
 
     def require(self, scope: str, *, owner: str, opt_out: str) -> None:
-        """Raise :class:`MissingKeyError` when a part ``scope`` needs fell back to the default.
-        ``owner`` names what needs the key, ``opt_out`` the parameter that allows sharing."""
+        """Raise :class:`MissingKeyError` when a part ``scope`` needs is the shared default (see
+        :meth:`missing_for`). ``owner`` names what needs the key, ``opt_out`` the parameter that
+        allows sharing."""
         missing = self.missing_for(scope)
         if missing:
             raise MissingKeyError(
@@ -96,9 +121,10 @@ class MemoryKey:
                 CONFIG_FIELDS,
                 reason=(
                     f"{owner} keeps memory outside the graph state at scope={scope!r}, and "
-                    f"without {' and '.join(missing)} every caller would share one memory; pass "
-                    f"them in config['configurable'] (or key=MemoryKey(...)), or set "
-                    f"{opt_out}=True to share a default memory on purpose"
+                    f"without {' and '.join(missing)} every caller would share one memory (a "
+                    f"part left out of MemoryKey(...) or given as {DEFAULT!r} is the shared "
+                    f"default); pass them in config['configurable'] (or key=MemoryKey(...)), or "
+                    f"set {opt_out}=True to share a default memory on purpose"
                 ),
             )
 

@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
@@ -83,9 +85,38 @@ _COUNTS = (
 _TEXTS = ("seen_key", "cut_key", "folded_key", "last_error", "prefix_key", "indexed_key")
 
 
+#: shows a value nested too deeply for ``repr`` (which would raise ``RecursionError``)
+_SHALLOW = reprlib.Repr()
+_SHALLOW.maxlevel, _SHALLOW.maxstring, _SHALLOW.maxother = 3, 200, 200
+
+
 def _shown(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = _SHALLOW.repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+#: a state's JSON nests three deep (object, summary, pair); anything far deeper is not a state
+MAX_JSON_DEPTH = 32
+_JSON_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|[\[{]|[\]}]')
+
+
+def _json_depth_over(text: str, limit: int) -> bool:
+    """Whether ``text`` nests arrays/objects deeper than ``limit`` (strings skipped): checked
+    before parsing, because ``json.loads`` recurses once per level and a few thousand ``[``
+    would raise ``RecursionError`` from inside the parser."""
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in "]}":
+            depth -= 1
+    return False
 
 
 def _invalid(name: str, value: Any, expected: str, *, within: Any = None) -> InvalidStateError:
@@ -252,8 +283,31 @@ class MemoryState:
         return cls(**values)
 
     @classmethod
-    def from_json(cls, text: str) -> MemoryState:
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str | bytes) -> MemoryState:
+        """Read the JSON written by :meth:`to_json`. Text that is not JSON, or nests deeper than
+        ``MAX_JSON_DEPTH`` (a state nests three deep), raises
+        :class:`~langmem_ext.errors.InvalidStateError` (a ``ValueError``), never a
+        ``RecursionError`` from the parser."""
+        if isinstance(text, (bytes, bytearray)):
+            text = text.decode("utf-8", errors="replace")
+        if not isinstance(text, str):
+            raise TypeError(
+                f"MemoryState.from_json expects str or bytes, got {type(text).__name__}"
+            )
+        if _json_depth_over(text, MAX_JSON_DEPTH):
+            raise InvalidStateError(
+                f"invalid MemoryState JSON: nested deeper than {MAX_JSON_DEPTH} levels (a state "
+                f"nests three deep); it was not written by MemoryState.to_json()",
+                value=text[:200],
+            )
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidStateError(
+                f"invalid MemoryState JSON: {exc}; it was not written by MemoryState.to_json()",
+                value=text[:200],
+            ) from None
+        return cls.from_dict(data)
 
     @classmethod
     def coerce(cls, value: MemoryState | Mapping[str, Any] | None) -> MemoryState:

@@ -16,6 +16,7 @@ import base64
 import difflib
 import json
 import math
+import numbers
 import struct
 import threading
 from collections import OrderedDict
@@ -48,8 +49,46 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "as_counter",
+    "checked_count",
     "tiktoken_encoding_for",
 ]
+
+
+def checked_count(value: object, counter: object, what: str) -> int:
+    """A counter's answer as a token count, or a clear error naming the counter and the value.
+
+    A count is a non-negative integer (``numpy.int64`` and other integral types included). A
+    finite non-negative float is rounded *up* (``12.5`` → 13: a budget is never undercounted).
+    Everything else is refused rather than coerced: ``True`` (``int(True)`` is 1), ``"12"``
+    (a string is not a count), ``None``, NaN and infinity (``TypeError`` for the wrong type,
+    ``ValueError`` for a wrong number), so a broken counter fails where it answered, not as a
+    raw ``int()`` error or a silently wrong budget.
+
+    >>> checked_count(12, "words", "a message"), checked_count(2.5, "words", "a text")
+    (12, 3)
+    >>> checked_count(True, "words", "a message")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: token counter 'words' counted True tokens for a message: ... not bool
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"token counter {counter!r} counted {value!r} tokens for {what}: a token count must "
+            f"be a non-negative int, not {type(value).__name__}"
+        )
+    if not isinstance(value, numbers.Integral) and not math.isfinite(value):
+        raise ValueError(
+            f"token counter {counter!r} counted {value!r} tokens for {what}: a token count must "
+            f"be a finite non-negative number"
+        )
+    if value < 0:
+        raise ValueError(
+            f"token counter {counter!r} counted {value!r} tokens for {what}: a token count must "
+            f"not be negative"
+        )
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return math.ceil(float(value))
 
 
 @runtime_checkable
@@ -175,9 +214,7 @@ class CachedCounter:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        value = self.count_uncached(message)
-        if value < 0:
-            raise ValueError(f"{type(self).__name__} counted {value} tokens for a message")
+        value = checked_count(self.count_uncached(message), self, "a message")
         self._cache.put(key, value)
         return value
 
@@ -645,21 +682,25 @@ class ChatModelCounter(CachedCounter):
     def count_text(self, text: str) -> int:
         get_num_tokens = getattr(self.model, "get_num_tokens", None)
         if callable(get_num_tokens):
-            return int(get_num_tokens(text))
+            return checked_count(get_num_tokens(text), self, "a text (get_num_tokens)")
         # a duck-typed model without get_num_tokens: a human message minus its framing
         message = HumanMessage(content=text)
         return max(0, self.count_uncached(message) - self.count_uncached(HumanMessage(content="")))
 
+    def _model_count(self, messages: list[BaseMessage]) -> int:
+        what = f"{len(messages)} message(s) (get_num_tokens_from_messages)"
+        return checked_count(self.model.get_num_tokens_from_messages(messages), self, what)
+
     def _measure_overhead(self, message: BaseMessage) -> int:
-        one = int(self.model.get_num_tokens_from_messages([message]))
-        two = int(self.model.get_num_tokens_from_messages([message, message]))
+        one = self._model_count([message])
+        two = self._model_count([message, message])
         return max(0, 2 * one - two)
 
     def count_uncached(self, message: BaseMessage) -> int:
         if self._overhead is None:
             self._overhead = self._measure_overhead(message)
             self.request_overhead = self._overhead
-        return max(0, int(self.model.get_num_tokens_from_messages([message])) - self._overhead)
+        return max(0, self._model_count([message]) - self._overhead)
 
     def count_messages(self, messages: Sequence[BaseMessage]) -> int:
         # the per-message counts first: the first one measures the overhead, which must be in
@@ -689,11 +730,11 @@ class CallableCounter(CachedCounter):
 
     def count_text(self, text: str) -> int:
         if self.text_fn is not None:
-            return int(self.text_fn(text))
-        return int(self.fn(HumanMessage(content=text)))
+            return checked_count(self.text_fn(text), self, "a text (text_fn)")
+        return checked_count(self.fn(HumanMessage(content=text)), self, "a text")
 
     def count_uncached(self, message: BaseMessage) -> int:
-        return int(self.fn(message))
+        return checked_count(self.fn(message), self, "a message")
 
 
 CounterLike = (

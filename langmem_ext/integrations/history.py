@@ -26,10 +26,12 @@ were folded into the summary are removed from it after the fold succeeded (see
 between leaves behind).
 
 Keys: the state of a history is keyed by its :class:`~langmem_ext.core.keys.MemoryKey`. With a
-``store``, a history whose session fell back to ``"default"`` (no ``key=``, and no
-``session_id``/``thread_id`` in ``config``) is refused with
-:class:`~langmem_ext.core.keys.MissingKeyError` unless ``shared_default=True``: key-less histories
-over one store would all read and write one summary.
+``store``, a history whose session is the shared ``"default"`` is refused with
+:class:`~langmem_ext.core.keys.MissingKeyError` unless ``shared_default=True``, however the key
+was made: no ``key=`` and no ``session_id``/``thread_id`` in ``config``, or an explicit key that
+names no session (``key=MemoryKey(tenant="acme")``, ``key=MemoryKey()``). Such histories over
+one store would all read and write one summary: one user's conversation summarized into
+another's.
 
 ``add_messages`` refuses a ``RemoveMessage`` (:class:`~langmem_ext.errors.InvalidHistoryError`,
 a ``ValueError``, before anything is written): a chat history stores messages, and a stored
@@ -420,8 +422,9 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             lost on restart while the messages are not. The async methods use the store's async
             API: ``SqliteStore`` has none (use ``AsyncSqliteStore`` there).
         key: the :class:`~langmem_ext.core.keys.MemoryKey` (tenant, user, session) that owns this
-            memory. Different keys never share state, whatever their text. An explicit key is
-            used as given (``MemoryKey()`` included: writing it out is choosing it).
+            memory. Different keys never share state, whatever their text. With a ``store``
+            the key must name a session (a session left out or given as ``"default"`` is
+            refused unless ``shared_default=True``, as for ``config``).
         config: instead of ``key``: a runnable config whose ``configurable`` holds
             ``tenant_id``, ``user_id`` and ``session_id`` (or ``thread_id``), read with
             :meth:`MemoryKey.from_config <langmem_ext.core.keys.MemoryKey.from_config>`.
@@ -429,12 +432,12 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             with :class:`~langmem_ext.core.keys.MissingKeyError` instead of falling back to
             ``"default"`` for any missing part (tenant and user included).
         shared_default: with a ``store`` and no session in ``key``/``config`` (neither given,
-            or a config without ``session_id``/``thread_id``), use the shared ``"default"``
-            session anyway. Without it such a history raises
-            :class:`~langmem_ext.core.keys.MissingKeyError`: every key-less history over one store
-            would otherwise read and write the same summary (one user's conversation summarized
-            into another's). Without a ``store`` the state is private to this object, so
-            nothing can be shared and no session is needed.
+            a config without ``session_id``/``thread_id``, or a ``key`` whose session is
+            ``"default"``), use the shared ``"default"`` session anyway. Without it such a
+            history raises :class:`~langmem_ext.core.keys.MissingKeyError`: every such history
+            over one store would otherwise read and write the same summary (one user's
+            conversation summarized into another's). Without a ``store`` the state is private
+            to this object, so nothing can be shared and no session is needed.
         prune_backing: remove the messages folded into the summary from the backing history,
             which then stays bounded. Needs a summarizing strategy (with a trimming one it would
             delete messages that nothing remembers). Writers of one key are serialized (see
@@ -840,18 +843,19 @@ def _resolved_key(
     require_explicit_key: bool,
     shared_default: bool,
 ) -> MemoryKey:
-    """The history's key: ``key`` as given, or read from ``config``; a key-less history over a
-    store is refused unless ``shared_default`` (see the module notes)."""
+    """The history's key: ``key`` as given, or read from ``config``; over a store, a key whose
+    session is the shared default (however it was made) is refused unless ``shared_default``
+    (see the module notes)."""
     if key is not None and config is not None:
         raise ValueError("pass either key= or config=, not both")
     if not isinstance(shared_default, bool):
         raise TypeError(f"shared_default must be a bool, got {type(shared_default).__name__}")
     if key is None:
         key = MemoryKey.from_config(config, require_explicit_key=require_explicit_key)
-        if store is not None and not shared_default:
-            key.require("session", owner="ManagedChatMessageHistory", opt_out="shared_default")
     elif not isinstance(key, MemoryKey):
         raise TypeError(f"key must be a MemoryKey, got {type(key).__name__}")
+    if store is not None and not shared_default:
+        key.require("session", owner="ManagedChatMessageHistory", opt_out="shared_default")
     return key
 
 

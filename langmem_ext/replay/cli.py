@@ -4,7 +4,10 @@ The transcript comes from a file (LangChain ``messages_to_dict`` JSON/JSONL, Ope
 Completions ``messages``, Anthropic Messages; the format is detected) or from a LangGraph
 checkpointer thread (``--sqlite PATH --thread ID``, ``--postgres DSN --thread ID``). Bad input
 (an unknown format, broken JSON, a tool result with no call, a strategy spec with a typo) is
-one line on stderr and exit status 2.
+one line on stderr and exit status 2. Reading is bounded: a file over ``--max-bytes`` (default
+256 MiB) or one that is not a regular file (a named pipe, a device) is refused before it is
+read, and hostile JSON (nested thousands deep, a 5,000-digit number) is refused naming the file
+and line.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from langmem_ext.replay.engine import DEFAULT_MODEL, Comparison, compare, model_calls
 from langmem_ext.replay.formats import (
+    DEFAULT_MAX_BYTES,
     Transcript,
     load_postgres_thread,
     load_sqlite_thread,
@@ -46,6 +50,18 @@ class ReplayCliError(Exception):
     """A message for the user: printed as ``langmem-ext: error: ...``, exit 2."""
 
 
+def _positive_int(text: str) -> int:
+    """An argparse ``type=``: an integer >= 1 (digits only, so a 5,000-digit value is an
+    argparse error, not a traceback)."""
+    value = text.strip().replace("_", "")
+    if not value.isdigit() or len(value) > 30 or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text[:40]!r}")
+    return int(value)
+
+
+_positive_int.__name__ = "integer >= 1"
+
+
 def _inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "file",
@@ -58,6 +74,14 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--postgres", metavar="DSN", help="a LangGraph PostgresSaver database")
     parser.add_argument(
         "--thread", metavar="ID", help="the thread_id to read (with a checkpointer)"
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_BYTES,
+        metavar="N",
+        help="refuse a transcript or prices file larger than N bytes (default: %(default)s, "
+        "256 MiB)",
     )
     parser.add_argument(
         "--channel",
@@ -137,7 +161,7 @@ def _transcript(args: argparse.Namespace) -> Transcript:
         )
     if args.thread:
         raise ReplayCliError("--thread goes with --sqlite or --postgres")
-    return load_transcript(args.file, format=args.format)
+    return load_transcript(args.file, format=args.format, max_bytes=args.max_bytes)
 
 
 def _summarizer(spec: str) -> tuple[Any, str | None]:
@@ -216,7 +240,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise ReplayCliError(
             f"{transcript.source}: no AI messages after the first message: no model call to replay"
         )
-    prices = load_prices(args.prices)
+    prices = load_prices(args.prices, max_bytes=args.max_bytes)
     prices.get(args.model)  # an unknown model fails before any work
     model, summarizer_price = _summarizer(args.summarizer)
     if summarizer_price is not None:

@@ -256,6 +256,13 @@ def _progress(total: int, label: str, enabled: bool | None) -> Any:
     )
 
 
+def _replay_key() -> MemoryKey:
+    """A key of its own for one replay: a fresh user and session (both named, so a
+    ``Retrieval`` at ``scope="user"`` or ``"thread"`` runs without sharing a default memory)."""
+    own = f"replay-{uuid.uuid4().hex}"
+    return MemoryKey(user=own, session=own)
+
+
 @dataclass
 class _Replayer:
     """The loop of :func:`replay`, shared by the sync and async entry points."""
@@ -267,7 +274,7 @@ class _Replayer:
     summarizer_price: ModelPrice | None
     strategy: Strategy | None
     meter: _Meter = field(default_factory=_Meter)
-    key: MemoryKey = field(default_factory=lambda: MemoryKey(session=f"replay-{uuid.uuid4().hex}"))
+    key: MemoryKey = field(default_factory=_replay_key)
 
     def __post_init__(self) -> None:
         if self.strategy is not None:

@@ -44,7 +44,14 @@ LangGraph threads are read from their checkpointer: :func:`messages_from_checkpo
 saved ones (both read only: nothing is created or written, ``.setup()`` is never called).
 
 Every problem is a :class:`TranscriptError` whose text is one line naming the source, the line
-or message (counted from 1) and what is wrong, ready for a command line to print.
+or message (counted from 1) and what is wrong, ready for a command line to print. That holds for
+hostile files too, and reading one is bounded: a file over ``max_bytes`` (default
+``DEFAULT_MAX_BYTES``, 256 MiB) is refused before it is read; anything but a regular file (a
+named pipe with no writer, ``/dev/zero``, a socket) is refused up front instead of read forever;
+JSON nested deeper than ``MAX_JSON_DEPTH`` levels (the document, or a tool call's ``arguments``
+string) is refused before the parser recurses; a number longer than Python's integer digit limit
+and a ``dumpd`` placeholder (``{"lc": 1, "type": "not_implemented"}``) are errors naming the
+line or message.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
@@ -78,6 +87,8 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_JSON_DEPTH",
     "Format",
     "Transcript",
     "TranscriptError",
@@ -104,6 +115,12 @@ _ANTHROPIC_BLOCKS = frozenset(
 )
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _MAX_THREADS_LISTED = 10
+#: the largest transcript file read by default (``max_bytes``; the CLI's ``--max-bytes``)
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: the deepest JSON nesting read: messages nest a few levels (content blocks, tool arguments);
+#: far deeper is hostile, and ``json.loads`` (then LangChain) would recurse once per level
+MAX_JSON_DEPTH = 100
+_JSON_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|[\[{]|[\]}]')
 
 
 class TranscriptError(LangmemExtError, ValueError):
@@ -249,6 +266,120 @@ def _check_tool_results(
 
 
 # --------------------------------------------------------------------------------------------
+# reading files and JSON, bounded
+
+
+def _too_deep(text: str, limit: int) -> int | None:
+    """The offset where ``text`` nests JSON arrays/objects deeper than ``limit`` (strings
+    skipped), or None."""
+    if text.count("[") + text.count("{") <= limit:  # cannot be deeper: skip the scan
+        return None
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > limit:
+                return match.start()
+        elif token in "]}":
+            depth -= 1
+    return None
+
+
+def _line_of(text: str, offset: int, first: int) -> int:
+    return first + text.count("\n", 0, offset)
+
+
+def loads_bounded(
+    text: str, fail: Callable[[str, int | None], Exception], *, line: int = 1, strict: bool = True
+) -> Any:
+    """``json.loads(text)``, refusing what would make it (or a later reader) blow up, through
+    ``fail(problem, line)``: nesting deeper than :data:`MAX_JSON_DEPTH`, a number longer than
+    Python's integer digit limit. ``line`` is the line ``text`` starts on in its file. A
+    ``json.JSONDecodeError`` is raised as is (callers say where and why)."""
+    deep = _too_deep(text, MAX_JSON_DEPTH)
+    if deep is not None:
+        raise fail(
+            f"JSON nested deeper than {MAX_JSON_DEPTH} levels: not a transcript (refused "
+            f"before parsing)",
+            _line_of(text, deep, line),
+        )
+    try:
+        return json.loads(text, strict=strict)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise fail("JSON nested too deeply to read", None) from None
+    except ValueError:  # int()'s digit limit: "Exceeds the limit (4300 digits) ..."
+        allowed = max(getattr(sys, "get_int_max_str_digits", lambda: 4300)(), 1)
+        long = re.search(rf"\d{{{allowed + 1},}}", text)
+        digits = f"a {len(long.group()):,}-digit number" if long else "a number too long"
+        where = _line_of(text, long.start(), line) if long else None
+        raise fail(
+            f"{digits}, over Python's limit of {allowed:,} digits for an integer", where
+        ) from None
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_bounded(
+    path: str | os.PathLike[str], max_bytes: int, fail: Callable[[str], Exception]
+) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes``; every problem through
+    ``fail(problem)``. The file is opened without blocking and checked before it is read, so a
+    named pipe with no writer, a device (``/dev/zero``) or a socket is refused at once, never
+    read until a hang or ``MemoryError``; a file growing while read still stops at the limit."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"max_bytes must be an integer >= 1, got {max_bytes!r}")
+    source = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(source, flags)
+    except FileNotFoundError:
+        raise fail("no such file") from None
+    except IsADirectoryError:
+        raise fail("is a directory, not a transcript file") from None
+    except OSError as error:
+        raise fail(f"cannot read it ({error.strerror or error})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise fail("is a directory, not a transcript file")
+        if not stat.S_ISREG(info.st_mode):
+            raise fail(
+                f"is {_file_kind(info.st_mode)}, not a regular file: reading it could wait "
+                "forever or never end; save the transcript to a file first"
+            )
+        limit = (
+            f"over the limit of {max_bytes:,} bytes (max_bytes; the CLI's --max-bytes raises it)"
+        )
+        if info.st_size > max_bytes:
+            raise fail(f"is {info.st_size:,} bytes, {limit}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the file object owns it now
+            data = handle.read(max_bytes + 1)
+    except OSError as error:
+        raise fail(f"cannot read it ({error.strerror or error})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > max_bytes:
+        raise fail(f"grew past {max_bytes:,} bytes while read, {limit}")
+    return data
+
+
+# --------------------------------------------------------------------------------------------
 # reading JSON / JSONL
 
 
@@ -279,13 +410,17 @@ def _json_error(source: str, error: json.JSONDecodeError, line: int) -> Transcri
     )
 
 
+def _failing_at(source: str) -> Callable[[str, int | None], TranscriptError]:
+    return lambda problem, line: TranscriptError(source, problem, line=line)
+
+
 def _read_jsonl(text: str, source: str) -> _Document:
     items: list[tuple[Any, _Loc]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
-            value = json.loads(raw)
+            value = loads_bounded(raw, _failing_at(source), line=number)
         except json.JSONDecodeError as error:
             raise _json_error(source, error, number) from None
         if not isinstance(value, dict):
@@ -306,13 +441,13 @@ def _read(text: str, source: str) -> _Document:
     if source.lower().endswith(_JSONL_SUFFIXES):
         return _read_jsonl(text, source)
     try:
-        value = json.loads(text)
+        value = loads_bounded(text, _failing_at(source))
     except json.JSONDecodeError as error:
         lines = [line for line in text.splitlines() if line.strip()]
         if len(lines) > 1:
             try:
-                json.loads(lines[0])
-            except json.JSONDecodeError:
+                loads_bounded(lines[0], _failing_at(source))
+            except (json.JSONDecodeError, TranscriptError):
                 pass
             else:  # the first line is a value of its own: JSON Lines
                 return _read_jsonl(text, source)
@@ -399,6 +534,14 @@ def _parse_langchain(doc: _Document, source: str) -> list[tuple[BaseMessage, _Lo
                     message = load(item, allowed_objects="messages")
             else:
                 message = messages_from_dict([item])[0]
+        except NotImplementedError:  # a dumpd placeholder: {"lc": 1, "type": "not_implemented"}
+            raise TranscriptError(
+                source,
+                f"a dumpd placeholder for an object that could not be serialized (type "
+                f"{item.get('type')!r}), not a message: {_preview(item)}",
+                line=loc.line,
+                item=loc.item,
+            ) from None
         except (ValueError, TypeError, KeyError, AttributeError, ImportError) as error:
             kind = item.get("type") if "data" in item else (item.get("id") or [None])[-1]
             raise TranscriptError(
@@ -454,8 +597,15 @@ def _parse_openai(doc: _Document, source: str) -> list[tuple[BaseMessage, _Loc]]
                     )
                 arguments = function.get("arguments", "{}")
                 if isinstance(arguments, str):
+                    label = f"tool call {call['id']!r} ({function['name']}): arguments"
+
+                    def bad_arguments(
+                        problem: str, line: int | None, label: str = label
+                    ) -> TranscriptError:
+                        return fail(f"{label}: {problem}")
+
                     try:
-                        json.loads(arguments or "{}", strict=False)
+                        loads_bounded(arguments or "{}", bad_arguments, strict=False)
                     except json.JSONDecodeError as error:
                         raise fail(
                             f"tool call {call['id']!r} ({function['name']}): arguments are not "
@@ -621,22 +771,17 @@ def parse_transcript(
     return Transcript(_with_ids(checked, _stem(source)), chosen, source)
 
 
-def load_transcript(path: str | os.PathLike[str], *, format: Format = "auto") -> Transcript:
+def load_transcript(
+    path: str | os.PathLike[str], *, format: Format = "auto", max_bytes: int = DEFAULT_MAX_BYTES
+) -> Transcript:
     """Read the transcript file at ``path`` (JSON or JSONL; see the module notes).
 
     The transcript's ``source`` is ``path`` as given. Raises :class:`TranscriptError` for a
-    missing or unreadable file and for everything :func:`parse_transcript` rejects.
+    missing or unreadable file, one that is not a regular file (a named pipe, a device), one
+    over ``max_bytes``, and for everything :func:`parse_transcript` rejects.
     """
     source = os.fspath(path)
-    file = Path(source)
-    if not file.exists():
-        raise TranscriptError(source, "no such file")
-    if file.is_dir():
-        raise TranscriptError(source, "is a directory, not a transcript file")
-    try:
-        data = file.read_bytes()
-    except OSError as error:
-        raise TranscriptError(source, f"cannot read it ({error.strerror or error})") from None
+    data = read_bounded(source, max_bytes, lambda problem: TranscriptError(source, problem))
     return parse_transcript(data, format=format, source=source)
 
 

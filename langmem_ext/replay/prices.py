@@ -32,6 +32,7 @@ from importlib import resources
 from typing import Any
 
 from langmem_ext.errors import LangmemExtError
+from langmem_ext.replay.formats import DEFAULT_MAX_BYTES, loads_bounded, read_bounded
 
 __all__ = ["ModelPrice", "PriceError", "Prices", "load_prices"]
 
@@ -145,9 +146,13 @@ def _read(data: Any, source: str, base: Mapping[str, Any] | None = None) -> dict
     return prices
 
 
-def load_prices(path: str | os.PathLike[str] | None = None) -> Prices:
+def load_prices(
+    path: str | os.PathLike[str] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Prices:
     """The built-in prices, with the models of the JSON file at ``path`` (if given) added or
-    replacing the built-in ones."""
+    replacing the built-in ones. The file is read as transcripts are (a regular file of at most
+    ``max_bytes``, JSON nested at most ``MAX_JSON_DEPTH`` deep): anything else is a
+    :class:`PriceError` naming the file."""
     builtin = json.loads(
         resources.files("langmem_ext").joinpath("_data/prices.json").read_text(encoding="utf-8")
     )
@@ -155,11 +160,17 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> Prices:
     if path is None:
         return Prices(models)
     source = os.fspath(path)
+    raw = read_bounded(source, max_bytes, lambda problem: PriceError(f"{source}: {problem}"))
     try:
-        with open(source, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise PriceError(f"{source}: cannot read prices: {exc.strerror or exc}") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PriceError(f"{source}: not UTF-8 text (at byte offset {exc.start})") from None
+
+    def fail(problem: str, line: int | None) -> PriceError:
+        return PriceError(f"{source}{'' if line is None else f' line {line}'}: {problem}")
+
+    try:
+        data = loads_bounded(text, fail)
     except json.JSONDecodeError as exc:
         raise PriceError(f"{source} line {exc.lineno}: not valid JSON ({exc.msg})") from None
     models.update(_read(data, source, builtin.get("providers")))

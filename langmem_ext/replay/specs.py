@@ -99,7 +99,8 @@ def _class(name: str, spec: str) -> type[Strategy]:
     if found is None:
         known = ", ".join([*STRATEGIES, "full", "retrieval+<strategy>"])
         close = difflib.get_close_matches(name.lower(), [*STRATEGIES, *_FULL], n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        # never "did you mean full?" for "full": the hint names a different spelling
+        hint = f" (did you mean {close[0]}?)" if close and close[0] != name.lower() else ""
         raise SpecError(f"strategy {spec!r}: unknown strategy {name!r}{hint}; known: {known}")
     return STRATEGIES[found]
 
@@ -200,6 +201,14 @@ def parse_strategy(
                 "e.g. 'retrieval+token_budget:4500,k=5'"
             )
         head = inner_name.strip()
+        if head.lower().startswith("retrieval"):
+            raise SpecError(f"strategy {spec!r}: retrieval cannot wrap retrieval")
+        if _key(head) in {_key(f) for f in _FULL}:
+            raise SpecError(
+                f"strategy {spec!r}: retrieval wraps a strategy that leaves turns out of the "
+                f"view, and {head!r} does not (it is not one of: {', '.join(STRATEGIES)}); "
+                "e.g. 'retrieval+token_budget:4500,k=5'"
+            )
     cls = _class(head, text)
     args, keywords = _arguments(rest, text)
     outer: dict[str, Any] = {}

@@ -56,6 +56,13 @@ _DEFAULT_INPUT_TOKENS = 16_000
 _SUMMARY_FLOOR_WHY = "(a summary needs room to say anything)"
 
 
+def _require_budget(max_tokens: object) -> None:
+    """Every strategy's ``max_tokens`` check, in one place: a positive integer (``None``,
+    ``bool``, ``float`` and ``str`` refused, naming the value), so a strategy never runs without
+    the budget it advertises. (``SlidingWindow`` alone takes ``None``: its budget is optional.)"""
+    require_int("max_tokens", max_tokens, 1, "(the budget of the whole request)")
+
+
 def _with_counter(summarizer: Summarizer, counter: TokenCounter) -> Summarizer:
     """The summarizer (and its fallbacks) measuring with ``counter``; the caller's object is not
     changed."""
@@ -134,6 +141,7 @@ class TokenBudget(_Trimming):
         keep_system: bool = True,
         overflow: Overflow = "error",
     ) -> None:
+        _require_budget(max_tokens)
         self.config = CutConfig(
             max_tokens=max_tokens,
             target_tokens=target_tokens,
@@ -162,7 +170,8 @@ class SlidingWindow(_Trimming):
     view is that human message plus the newest units that fit (``report.gap``).
 
     ``max_tokens`` optionally adds a token budget on top (same meaning as in
-    :class:`TokenBudget`); ``counter`` is used for it and for the report's token figures.
+    :class:`TokenBudget`); ``counter`` is used for it and for the report's token figures. With
+    ``max_messages=None`` the token budget is the only limit, so one of the two must be given.
 
     Example:
         >>> from langchain_core.messages import HumanMessage, AIMessage
@@ -182,6 +191,13 @@ class SlidingWindow(_Trimming):
         keep_system: bool = True,
         overflow: Overflow = "error",
     ) -> None:
+        if max_tokens is not None:
+            _require_budget(max_tokens)
+        elif max_messages is None:
+            raise ValueError(
+                "SlidingWindow needs a limit: max_messages (an integer >= 1) or max_tokens (an "
+                "integer >= 1), got max_messages=None and max_tokens=None"
+            )
         self.config = CutConfig(
             max_tokens=max_tokens,
             max_messages=max_messages,
@@ -258,7 +274,7 @@ class ToolDigest(Strategy):
         keep_system: bool = True,
         overflow: Overflow = "clip",
     ) -> None:
-        require_int("max_tokens", max_tokens, 1)
+        _require_budget(max_tokens)
         self.config = DigestCutConfig(
             max_tokens=max_tokens,
             trigger_tokens=trigger_tokens if trigger_tokens is not None else max_tokens * 3 // 4,
@@ -543,7 +559,7 @@ class SummaryBuffer(_Summarizing):
         fold_wait: float | None = None,
         retry_in_call: bool = False,
     ) -> None:
-        require_int("max_tokens", max_tokens, 1)
+        _require_budget(max_tokens)
         self._setup(
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
@@ -616,7 +632,7 @@ class Compacting(_Summarizing):
         fold_wait: float | None = None,
         retry_in_call: bool = False,
     ) -> None:
-        require_int("max_tokens", max_tokens, 1)
+        _require_budget(max_tokens)
         if not 0 < summary_ratio < target_ratio <= 1:
             raise ValueError(
                 f"need 0 < summary_ratio ({summary_ratio}) < target_ratio ({target_ratio}) <= 1"
@@ -709,7 +725,7 @@ class TieredSummary(_Summarizing):
         fold_wait: float | None = None,
         retry_in_call: bool = False,
     ) -> None:
-        require_int("max_tokens", max_tokens, 1)
+        _require_budget(max_tokens)
         if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
             raise ValueError(
                 f"need 0 < target_ratio ({target_ratio}) <= tier1_ratio ({tier1_ratio}) < "
