@@ -438,6 +438,8 @@ class EmbeddersConfig:
     cost_texts: int = 256
     cost_queries: int = 20
     models: tuple[str, ...] = tuple(m.name for m in MODELS)
+    #: the memory-arena measurement: batches of 32 long texts embedded per mode (0: skipped)
+    arena_batches: int = 8
 
 
 FULL = EmbeddersConfig()
@@ -449,6 +451,7 @@ QUICK = replace(
     planted_seeds=(0,),
     cost_texts=64,
     cost_queries=5,
+    arena_batches=1,
 )
 
 
@@ -600,6 +603,81 @@ def measure_cost(name: str, texts: Sequence[str], queries: Sequence[str]) -> dic
     }
 
 
+#: LocalMiniLMEmbeddings(memory_arena=...) modes, measured side by side in one run
+ARENA_MODES = ("on", "off", "shrink")
+#: characters of one long text of the arena measurement (about 250 tokens: the model's limit)
+_LONG_CHARS = 1_200
+
+
+def long_texts(texts: Sequence[str], count: int) -> list[str]:
+    """``count`` texts of about ``_LONG_CHARS`` characters, each consecutive ``texts`` joined:
+    the batches that make the arena grow (it keeps the largest one's buffers)."""
+    out: list[str] = []
+    current = ""
+    i = 0
+    while len(out) < count and texts:
+        current += " " + texts[i % len(texts)]
+        i += 1
+        if len(current) >= _LONG_CHARS:
+            out.append(current.strip())
+            current = ""
+    return out
+
+
+def measure_arena(
+    mode: str, texts: Sequence[str], queries: Sequence[str], batches: int
+) -> dict[str, Any]:
+    """``LocalMiniLMEmbeddings(memory_arena=mode)`` in this (fresh) process: resident memory
+    after loading and after ``batches`` batches of 32 long ``texts``, the median latency of a
+    batch and of a short query, and a digest of the vectors (equal in every mode)."""
+    import hashlib
+
+    import numpy as np
+
+    from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+
+    emb = LocalMiniLMEmbeddings(memory_arena=mode)  # type: ignore[arg-type]
+    emb.embed_query("warm up")
+    rss_loaded = _status_mb("VmRSS")
+    batch_s: list[float] = []
+    digest = hashlib.sha256()
+    for n in range(batches):
+        chunk = [texts[(n * BATCH + j) % len(texts)] for j in range(BATCH)]
+        started = time.perf_counter()
+        vectors = emb.embed_documents(chunk)
+        batch_s.append(time.perf_counter() - started)
+        digest.update(np.asarray(vectors, dtype=np.float32).tobytes())
+    rss_after = _status_mb("VmRSS")
+    query_s = []
+    for q in queries:
+        started = time.perf_counter()
+        emb.embed_query(q)
+        query_s.append(time.perf_counter() - started)
+    return {
+        "rss_loaded_mb": rss_loaded,
+        "rss_after_mb": rss_after,
+        "rss_after_queries_mb": _status_mb("VmRSS"),
+        "rss_peak_mb": _status_mb("VmHWM"),
+        "batch_ms_median": statistics.median(batch_s) * 1e3,
+        "query_ms_median": statistics.median(query_s) * 1e3 if query_s else None,
+        "embedded": batches * BATCH,
+        "vectors_sha256": digest.hexdigest()[:16],
+    }
+
+
+def arena_side_by_side(
+    texts: Sequence[str], queries: Sequence[str], batches: int
+) -> dict[str, dict[str, Any]]:
+    """:func:`measure_arena` for every mode, each in a fresh interpreter (one mode's memory is
+    not another's), one after the other in the same run."""
+    ctx = multiprocessing.get_context("spawn")
+    out: dict[str, dict[str, Any]] = {}
+    for mode in ARENA_MODES:
+        with ctx.Pool(1) as pool:
+            out[mode] = pool.apply(measure_arena, (mode, list(texts), list(queries), batches))
+    return out
+
+
 def cost_in_subprocess(name: str, texts: Sequence[str], queries: Sequence[str]) -> dict[str, float]:
     """:func:`measure_cost` in a fresh interpreter, so one model's memory is not another's."""
     ctx = multiprocessing.get_context("spawn")
@@ -686,6 +764,19 @@ def run_embedders(
             f"+{c['rss_increase_mb']:.0f} MB"
         )
 
+    arena: dict[str, Any] = {}
+    minilm = MODELS[0]
+    if config.arena_batches and minilm.name in config.models and minilm.installed():
+        arena = arena_side_by_side(
+            long_texts(cost_texts, 4 * BATCH), cost_queries, config.arena_batches
+        )
+        for mode, a in arena.items():
+            log(
+                f"[embedders] arena {mode}: RSS {a['rss_loaded_mb']:.0f} -> "
+                f"{a['rss_after_mb']:.0f} MB, batch {a['batch_ms_median']:.0f} ms, query "
+                f"{a['query_ms_median']:.1f} ms"
+            )
+
     baseline = models.get(MODELS[0].name, {}).get("results", {})
     for name, entry in models.items():
         if name == MODELS[0].name or "results" not in entry:
@@ -721,6 +812,7 @@ def run_embedders(
             for name, convs in data.items()
         },
         "models": models,
+        "arena": arena,
         "reranker": {
             "measured": False,
             "why": "no PyPI package ships cross-encoder weights (see the survey); FlashRank and "
@@ -901,6 +993,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         ],
         rows,
     )
+    lines += _arena_section(results.get("arena") or {})
     lines += ["", "## Cross-encoder rerank", "", f"Not measured: {results['reranker']['why']}.", ""]
     lines += ["## Survey of PyPI (offline, no torch)", ""]
     lines += _table(
@@ -909,6 +1002,48 @@ def render_markdown(results: dict[str, Any]) -> str:
     )
     lines += ["", f"Command: `{meta['command']}`; raw numbers in `{meta['json_name']}`.", ""]
     return "\n".join(lines)
+
+
+def _arena_section(arena: dict[str, Any]) -> list[str]:
+    """The memory-arena table: resident memory and latency of each mode, side by side."""
+    if not arena:
+        return []
+    some = next(iter(arena.values()))
+    same = len({a["vectors_sha256"] for a in arena.values()}) == 1
+    rows = [
+        [
+            f"`{mode}`" + (" (default)" if mode == "off" else ""),
+            f"{a['rss_loaded_mb']:.0f}",
+            f"{a['rss_after_mb']:.0f}",
+            f"{a['rss_peak_mb']:.0f}",
+            f"{a['batch_ms_median']:.0f}",
+            "-" if a["query_ms_median"] is None else f"{a['query_ms_median']:.1f}",
+        ]
+        for mode, a in arena.items()
+    ]
+    return [
+        "",
+        "## Memory arena (minilm-l6-int8)",
+        "",
+        f"`LocalMiniLMEmbeddings(memory_arena=...)`, each mode in a fresh process, one after the "
+        f"other in this run: {some['embedded']} long texts (about 250 tokens) in batches of "
+        f"{BATCH}, then the CRI questions one at a time. onnxruntime's arena keeps the largest "
+        "batch's buffers for the life of the process; `shrink` gives them back after each call "
+        "(run option `memory.enable_memory_arena_shrinkage`). Vectors "
+        + ("bit-identical in every mode." if same else "DIFFER between modes."),
+        "",
+        *_table(
+            [
+                "memory_arena",
+                "RSS loaded MB",
+                "RSS after MB",
+                "peak MB",
+                "batch ms (median)",
+                "query ms (median)",
+            ],
+            rows,
+        ),
+    ]
 
 
 def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:

@@ -646,7 +646,7 @@ class RecordingStore(InMemoryStore):
 
 
 def test_turns_carry_float16_vectors_and_the_store_embeds_none_of_them() -> None:
-    """(b) Each stored turn carries ``vectors`` ({"dims", "f16"}: one float16 row per message,
+    """(b) Each stored turn carries ``vectors`` ({"dims", "f16", "model"}: one float16 row per message,
     the embedder's vector within float16 rounding), was written with ``index=False``, and the
     store's own vector table holds nothing for the turns' namespace (white-box: InMemoryStore
     keeps its embeddings in ``_vectors``, filled here for the store-side path)."""
@@ -659,7 +659,7 @@ def test_turns_carry_float16_vectors_and_the_store_embeds_none_of_them() -> None
     assert not store._vectors.get(TURNS)
     for item in items:
         stored = item.value["vectors"]
-        assert set(stored) == {"dims", "f16"} and stored["dims"] == DIMS
+        assert set(stored) == {"dims", "f16", "model"} and stored["dims"] == DIMS
         rows = stored_vectors(stored)
         assert rows is not None and rows.shape == (len(item.value["parts"]), DIMS)
         exact = np.array([embed.vector(part) for part in item.value["parts"]])

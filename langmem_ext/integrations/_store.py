@@ -7,7 +7,9 @@ history, the legacy memory) keeps it as one item of a LangGraph ``BaseStore``:
 :class:`~langmem_ext.core.state.MemoryState`). Items are written with ``index=False``: a state is
 never a document to embed. A sync-only store (``SqliteStore`` has no async API) can be used from
 async code: with ``sync_fallback=True`` the async methods run its sync ones in a worker thread,
-so the event loop never blocks.
+so the event loop never blocks. A store that reports itself busy (SQLite's "database is locked"
+while another process writes the same file) is asked again with a bounded backoff
+(:func:`~langmem_ext.strategies.retrieval.batch_retrying`), never failing the call at once.
 
 **Flows.** An operation of a surface (append → apply → save → prune, or the legacy prune) is
 written once, as a generator that yields I/O steps and receives their results, like httpx's
@@ -33,9 +35,10 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, GetOp, Op, PutOp
 
 from langmem_ext.core.state import MemoryState
+from langmem_ext.strategies.retrieval import abatch_retrying, batch_retrying
 
 __all__ = [
     "Flow",
@@ -100,30 +103,29 @@ class StateStore(Generic[S]):
 
     def load(self) -> S | None:
         """The stored state, or ``None`` when there is none."""
-        return self._decoded(self.store.get(self.namespace, self.item))
+        (item,) = batch_retrying(self.store, [self._get()])
+        return self._decoded(item)
 
     def save(self, state: S) -> None:
-        self.store.put(self.namespace, self.item, state.to_dict(), index=False)
+        batch_retrying(self.store, [self._put(state.to_dict())])
 
     def delete(self) -> None:
-        self.store.delete(self.namespace, self.item)
+        batch_retrying(self.store, [self._put(None)])
 
     # -- async ------------------------------------------------------------------------------------
 
     async def aload(self) -> S | None:
         """Async :meth:`load`."""
-        item = await self._async(self.store.aget, self.store.get, self.namespace, self.item)
+        (item,) = await self._async([self._get()])
         return self._decoded(item)
 
     async def asave(self, state: S) -> None:
         """Async :meth:`save`."""
-        put, aput = self.store.put, self.store.aput
-        await self._async(aput, put, self.namespace, self.item, state.to_dict(), index=False)
+        await self._async([self._put(state.to_dict())])
 
     async def adelete(self) -> None:
         """Async :meth:`delete`."""
-        delete, adelete = self.store.delete, self.store.adelete
-        await self._async(adelete, delete, self.namespace, self.item)
+        await self._async([self._put(None)])
 
     # -- as flow steps ----------------------------------------------------------------------------
 
@@ -141,15 +143,22 @@ class StateStore(Generic[S]):
     def _decoded(self, item: Any) -> S | None:
         return None if item is None else self.decode(item.value)
 
-    async def _async(
-        self, acall: Callable[..., Awaitable[T]], call: Callable[..., T], *args: Any, **kw: Any
-    ) -> T:
+    def _get(self) -> GetOp:
+        return GetOp(self.namespace, self.item)
+
+    def _put(self, value: dict[str, Any] | None) -> PutOp:
+        """The write of ``value`` (None: the delete)."""
+        return PutOp(self.namespace, self.item, value, index=False)
+
+    async def _async(self, ops: list[Op]) -> list[Any]:
+        """``ops`` through the store's async API, asked again while the store is busy (see
+        ``batch_retrying``); a sync-only store's in a worker thread with ``sync_fallback``."""
         if not self.sync_fallback:
-            return await acall(*args, **kw)
+            return await abatch_retrying(self.store, ops)
         try:
-            return await acall(*args, **kw)
+            return await abatch_retrying(self.store, ops)
         except NotImplementedError:  # a sync-only store: do not block the event loop
-            return await asyncio.to_thread(call, *args, **kw)
+            return await asyncio.to_thread(batch_retrying, self.store, ops)
 
 
 # --------------------------------------------------------------------------------------------

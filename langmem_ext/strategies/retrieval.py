@@ -67,6 +67,17 @@ leaves the indexes. Blocks and tail are a cache and the turns stay the source of
   different numberings can each rewrite the tail from the same one, so a fresh process may miss
   the other's turns after the blocks until the block that holds them is written.
 
+Damaged and foreign values. Everything read from the store is checked, never trusted: a turn
+whose number, text, parts or vectors are damaged (``seq`` ``'x'`` or NaN, NaN or infinite
+vectors, ``dims`` that is not an integer or not the index's) is indexed from what is left (its
+number from ``order``, its text from ``parts``) and its vectors embedded again; a block, tail or
+mark that does not check out is ignored (its turns read one by one); a mark's numbers bound no
+work (blocks are fetched while they exist). Vectors and blocks carry the embedding model's
+identity (``"model"``) with their ``dims``: another model's are re-embedded, never compared.
+What was worked around is counted (``Retrieval.store_faults``) and logged once per kind. A
+store that reports itself busy (SQLite's "database is locked" while another process writes the
+file) is asked again with a bounded backoff (:func:`batch_retrying`).
+
 Costs: one embedding per message of an evicted turn (written once, stored with the turn, so a
 fresh process loads it instead of embedding again), one query embedding per searched turn, a
 vector search and a BM25 lookup (in process: about 2 ms at 200k vectors, and O(postings of the
@@ -88,16 +99,20 @@ from __future__ import annotations
 import asyncio
 import binascii
 import concurrent.futures
+import contextlib
 import functools
 import hashlib
 import logging
 import math
+import random
 import re
+import sqlite3
 import threading
+import time
 import uuid
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Generator, Iterable, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, cast
 
@@ -112,7 +127,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, SearchOp
 
 from langmem_ext.core._fences import neutralize
 from langmem_ext.core._identity import fingerprint, key_at, keys_between
-from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.keys import DEFAULT, MemoryKey
 from langmem_ext.core.messages import is_system
 from langmem_ext.core.ranking import (
     STOP_WORDS,
@@ -195,6 +210,9 @@ _LOAD_PAGE = 10_000
 _BLOCKS = "turn_blocks"
 #: turns per index block (a fresh process reads at most this many turns one by one)
 _BLOCK = 512
+#: index blocks asked for in the first batch of gets of a fresh load (then twice as many per
+#: batch while all are there)
+_BLOCK_GETS = 16
 #: the key, among a thread's index blocks, of its tail: the keys of the turns after the blocks
 #: (a block's key is a turn number: digits only)
 _TAIL = "tail"
@@ -251,6 +269,99 @@ def _send(flow: Generator[_Y, _S, _T], value: _S | None) -> tuple[_Y | None, _T 
         return None, done.value
 
 
+# -- a busy store ---------------------------------------------------------------------------------
+
+#: a store reporting itself busy (SQLite's "database is locked": another process writes the same
+#: file) is asked again after 10 ms, then twice as long each time up to 0.5 s (with jitter),
+#: for at most this many seconds in all; then its error is raised
+BUSY_RETRY_SECONDS = 30.0
+_BUSY_FIRST, _BUSY_MOST = 0.01, 0.5
+
+
+def _is_busy(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it: stores wrap the driver's errors) says the database
+    is busy or locked by another connection: worth asking again."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__name__ == "OperationalError":  # sqlite3's, and psycopg's for locks
+            text = str(current).lower()
+            if "locked" in text or "busy" in text:
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _end_transaction(store: BaseStore) -> None:
+    """After a busy error, the transaction ``SqliteStore`` left open (its ``COMMIT`` failed)
+    rolled back, so the next attempt (or another thread's) can begin one."""
+    conn = getattr(store, "conn", None)
+    if isinstance(conn, sqlite3.Connection) and conn.in_transaction:
+        lock = getattr(store, "lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.rollback()
+
+
+def _busy_delays(limit: float) -> Iterable[float]:
+    """The waits between attempts: 10 ms doubling to 0.5 s, jittered, ``limit`` seconds in
+    all."""
+    spent, delay = 0.0, _BUSY_FIRST
+    while spent < limit:
+        wait = min(delay * (0.5 + random.random()), limit - spent)
+        yield wait
+        spent += wait
+        delay = min(2 * delay, _BUSY_MOST)
+
+
+def batch_retrying(store: BaseStore, ops: Sequence[Op], limit: float | None = None) -> list[Any]:
+    """``store.batch(ops)``, asked again with a bounded backoff while the store reports itself
+    busy (``BUSY_RETRY_SECONDS`` in all, then the error is raised). Safe for the batches
+    Retrieval and the surfaces make: reads, and puts that write the same values again."""
+    delays = iter(_busy_delays(BUSY_RETRY_SECONDS if limit is None else limit))
+    while True:
+        try:
+            return store.batch(ops)
+        except Exception as error:
+            if not _is_busy(error):
+                raise
+            _end_transaction(store)
+            wait = next(delays, None)
+            if wait is None:
+                raise
+            logger.debug("langmem_ext: store busy (%s); again in %.3f s", error, wait)
+            time.sleep(wait)
+
+
+async def abatch_retrying(
+    store: BaseStore, ops: Sequence[Op], limit: float | None = None
+) -> list[Any]:
+    """Async :func:`batch_retrying` (the waits do not block the event loop)."""
+    delays = iter(_busy_delays(BUSY_RETRY_SECONDS if limit is None else limit))
+    while True:
+        try:
+            return await store.abatch(ops)
+        except Exception as error:
+            if not _is_busy(error):
+                raise
+            _end_transaction(store)
+            wait = next(delays, None)
+            if wait is None:
+                raise
+            await asyncio.sleep(wait)
+
+
+def _throw(flow: Generator[_Y, _S, _T], error: Exception) -> tuple[_Y | None, _T | None]:
+    """``error`` raised in ``flow`` at its ``yield``: its next request (it handled the error),
+    or, once done, its result; an error it does not handle propagates."""
+    try:
+        return flow.throw(error), None
+    except StopIteration as done:
+        return None, done.value
+
+
 # -- the requests Retrieval's plan makes ---------------------------------------------------------
 
 
@@ -282,7 +393,11 @@ class _StoreFlow(IoRequest, Generic[_T]):
                     else (self._embedder().embed_documents(list(step.texts)))
                 )
             else:
-                answer = self.store.batch(step)
+                try:
+                    answer = batch_retrying(self.store, step)
+                except Exception as error:  # thrown into the flow (which may scan otherwise)
+                    step, result = _throw(self.flow, error)
+                    continue
             step, result = _send(self.flow, answer)
         return cast(_T, result)
 
@@ -297,7 +412,11 @@ class _StoreFlow(IoRequest, Generic[_T]):
                     else await embedder.aembed_documents(list(step.texts))
                 )
             else:
-                answer = await self.store.abatch(step)
+                try:
+                    answer = await abatch_retrying(self.store, step)
+                except Exception as error:  # thrown into the flow (which may scan otherwise)
+                    step, result = _throw(self.flow, error)
+                    continue
             step, result = _send(self.flow, answer)
         return cast(_T, result)
 
@@ -479,22 +598,50 @@ def _turn_groups(messages: Sequence[BaseMessage], start: int, stop: int) -> list
 
 def _parts_of(op: PutOp) -> list[str]:
     """The texts a turn write embeds, one vector each: its messages (``parts``), or its text
-    (older writes)."""
+    (older writes, or ``parts`` that are not a list of strings: a damaged value is re-derived
+    from the text, never iterated character by character)."""
     value = op.value or {}
     parts = value.get("parts")
-    return [str(p) for p in parts] if parts else [str(value.get("text", ""))]
+    if isinstance(parts, list) and parts and all(type(p) is str for p in parts):
+        return list(parts)
+    return [_text_of(value)]
 
 
-def _with_vectors(ops: Sequence[PutOp]) -> _Io[list[PutOp]]:
+def _text_of(value: Mapping[str, Any]) -> str:
+    """A stored turn's text as BM25 reads it: ``text``, or (a damaged or foreign value) its
+    ``parts`` joined, or nothing."""
+    text = value.get("text")
+    if isinstance(text, str):
+        return text
+    parts = value.get("parts")
+    if isinstance(parts, list) and all(type(p) is str for p in parts):
+        return "\n".join(parts)
+    return ""
+
+
+def _seq_of(value: Mapping[str, Any]) -> int | None:
+    """A stored turn's number: ``seq``, else (damaged: a string, NaN, a list ...) the one its
+    ``order`` spells; None when neither is readable (the turn is indexed all the same, shown
+    as turn 0)."""
+    seq = value.get("seq")
+    if _is_int(seq, 0):
+        return cast(int, seq)
+    order = value.get("order")
+    if isinstance(order, str) and len(order) == 12 and order.isascii() and order.isdigit():
+        return int(order)
+    return None
+
+
+def _with_vectors(ops: Sequence[PutOp], model: str | None = None) -> _Io[list[PutOp]]:
     """``ops`` with the vectors of their messages stored in their values (each distinct text
-    embedded once, in one step)."""
+    embedded once, in one step), marked with the embedding ``model`` that made them."""
     texts = tuple(dict.fromkeys(p for op in ops for p in _parts_of(op)))
     vectors = dict(zip(texts, (yield _Embed(texts)), strict=True))
     return [
         op._replace(
             value={
                 **(op.value or {}),
-                "vectors": _encode_vectors([vectors[p] for p in _parts_of(op)]),
+                "vectors": _encode_vectors([vectors[p] for p in _parts_of(op)], model),
             }
         )
         for op in ops
@@ -948,9 +1095,9 @@ def _turn_candidate(
     neighbours use it)."""
     return _Candidate(
         uid=uid,
-        text=str(value.get("text", "")),
+        text=_text_of(value),
         kind="turn",
-        seq=int(value.get("seq", 0)),
+        seq=_seq_of(value) or 0,
         prev=str(value.get("prev", "")) if prev else "",
         ids=_strings(value.get("ids")),
         parts=_strings(value.get("parts")),
@@ -975,42 +1122,82 @@ def _scored(turn: _Candidate, score: float | None) -> _Candidate:
     return _Candidate(c.uid, c.text, c.kind, c.seq, c.prev, c.ids, c.source, c.parts, score)
 
 
-def _encode_vectors(vectors: Sequence[Sequence[float]]) -> dict[str, Any]:
+def _encode_vectors(vectors: Sequence[Sequence[float]], model: str | None = None) -> dict[str, Any]:
     """A turn's vectors as stored with it: normalised (cosine is all that is used, and a unit
     vector fits float16 whatever the model's scale), float16, base64 (2 bytes a dimension;
     cosine ranking does not notice the rounding), so a fresh process loads them instead of
-    embedding again."""
+    embedding again. ``model`` (the embedding model's identity, see ``_model_id``) is stored
+    beside them: vectors of another model are re-embedded, never compared with this one's."""
     rows = np.asarray(vectors, dtype=np.float64)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     unit = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0).astype("<f2")
-    return {"dims": int(unit.shape[1]), "f16": pybase64.b64encode(unit.tobytes()).decode("ascii")}
+    value: dict[str, Any] = {
+        "dims": int(unit.shape[1]),
+        "f16": pybase64.b64encode(unit.tobytes()).decode("ascii"),
+    }
+    if model is not None:
+        value["model"] = model
+    return value
 
 
-def stored_vectors(stored: object) -> np.ndarray[Any, Any] | None:
+def _model_id(embeddings: Embeddings | None) -> str | None:
+    """The identity of an embedding model as stored with its vectors: its class and the model
+    name it reports (``model`` / ``model_name`` / ``model_id``), e.g.
+    ``"langchain_openai.embeddings.base.OpenAIEmbeddings:text-embedding-3-small"``. Two models
+    of the same dimensions are still two spaces: vectors are compared within one only."""
+    if embeddings is None:
+        return None
+    kind = type(embeddings)
+    name = next(
+        (
+            value
+            for attr in ("model", "model_name", "model_id")
+            if isinstance(value := getattr(embeddings, attr, None), str) and value
+        ),
+        "",
+    )
+    return f"{kind.__module__}.{kind.__qualname__}" + (f":{name}" if name else "")
+
+
+def stored_vectors(
+    stored: object, *, dims: int | None = None, model: str | None = None
+) -> np.ndarray[Any, Any] | None:
     """The vectors stored with a turn (``item.value["vectors"]``: one row per message, float16
-    in the store), as float32 rows; None when absent or unreadable. What the local dense index
-    searches, for recomputing its scores. Takes the item's value or its ``"vectors"``."""
-    found = _stored_bytes(stored)
+    in the store), as float32 rows; None when absent or unreadable: damaged (not base64, a
+    length ``dims`` does not divide, ``dims`` not an integer, NaN or infinity) or foreign (not
+    ``dims`` dimensions, or stored by another ``model`` than the one given). What the local
+    dense index searches, for recomputing its scores. Takes the item's value or its
+    ``"vectors"``."""
+    found = _stored_bytes(stored, dims=dims, model=model)
     if found is None:
         return None
-    dims, raw = found
-    return np.frombuffer(raw, dtype="<f2").reshape(-1, dims).astype(np.float32)
+    width, raw = found
+    return np.frombuffer(raw, dtype="<f2").reshape(-1, width).astype(np.float32)
 
 
-def _stored_bytes(stored: object) -> tuple[int, bytes] | None:
+def _stored_bytes(
+    stored: object, *, dims: int | None = None, model: str | None = None
+) -> tuple[int, bytes] | None:
     """The dimensions and the float16 bytes of the vectors stored with a turn (its value or its
-    ``"vectors"``), checked; None when absent or unreadable."""
+    ``"vectors"``), checked (see ``stored_vectors``); None when absent, unreadable or
+    foreign."""
     if isinstance(stored, dict) and "vectors" in stored:
         stored = stored["vectors"]
     if not isinstance(stored, dict):
         return None
-    dims, data = stored.get("dims"), stored.get("f16")
-    if not isinstance(dims, int) or dims < 1 or not isinstance(data, str):
+    width, data = stored.get("dims"), stored.get("f16")
+    if not isinstance(width, int) or not _is_int(width, 1) or not isinstance(data, str):
+        return None
+    if dims is not None and width != dims:
+        return None  # another model's (or a damaged count that still divides the data)
+    if model is not None and "model" in stored and stored["model"] != model:
         return None
     raw = _b64decode(data)
-    if not raw or len(raw) % (2 * dims):
+    if not raw or len(raw) % (2 * width):
         return None
-    return dims, raw
+    if not np.isfinite(np.frombuffer(raw, dtype="<f2")).all():
+        return None
+    return width, raw
 
 
 def _b64(array: np.ndarray[Any, Any]) -> str:
@@ -1039,12 +1226,15 @@ def _unb64(value: object, dtype: str) -> np.ndarray[Any, Any] | None:
     return np.frombuffer(raw, dtype=dtype) if len(raw) % size == 0 else None
 
 
-def _encode_block(items: Sequence[Item], first: int, dense: bool) -> dict[str, Any] | None:
+def _encode_block(
+    items: Sequence[Item], first: int, dense: bool, model: str | None = None
+) -> dict[str, Any] | None:
     """An index block: the turns numbered ``first`` to ``first + _BLOCK - 1`` (``items``, every
     item stored with those numbers) as BM25 postings and (``dense``) their stored vectors, by
-    key. None when a turn has no vectors to copy (written before they were kept)."""
-    items = sorted(items, key=lambda it: (int(it.value.get("seq", 0)), it.key))
-    postings = encode_postings(str(it.value.get("text", "")) for it in items)
+    key, marked with the embedding ``model``. None when a turn has no vectors of that model to
+    copy (written before they were kept, damaged, or another model's)."""
+    items = sorted(items, key=lambda it: (_seq_of(it.value) or 0, it.key))
+    postings = encode_postings(_text_of(it.value) for it in items)
     value: dict[str, Any] = {
         "v": 1,
         "first": first,
@@ -1058,7 +1248,7 @@ def _encode_block(items: Sequence[Item], first: int, dense: bool) -> dict[str, A
         },
     }
     if dense:
-        rows = [stored_vectors(it.value) for it in items]
+        rows = [stored_vectors(it.value, model=model) for it in items]
         if any(r is None for r in rows):
             return None
         blocks = [cast(np.ndarray, r) for r in rows]
@@ -1071,6 +1261,8 @@ def _encode_block(items: Sequence[Item], first: int, dense: bool) -> dict[str, A
             "counts": _b64(np.asarray([len(b) for b in blocks], dtype="<i4")),
             "i8": _b64(_int8_codes(np.concatenate(blocks)) if blocks else np.zeros(0, "i1")),
         }
+        if model is not None:
+            value["rows"]["model"] = model
     return value
 
 
@@ -1099,6 +1291,17 @@ def _block_rows(item: Item | None) -> tuple[int, int]:
     if not isinstance(data, str):
         return 0, 0
     return len(data) // 4 * 3 // (size * dims), dims
+
+
+def _kept_by(where: Mapping[str, Any], value: Mapping[str, Any]) -> bool:
+    """Whether a stored turn passes a scan's filter on its ``order`` (``$gte`` / ``$lt``), as
+    applied here when the store could not; a turn whose number cannot be read passes."""
+    seq = _seq_of(value)
+    if seq is None:
+        return True
+    order, bounds = _order(seq), where.get("order", {})
+    low, high = bounds.get("$gte"), bounds.get("$lt")
+    return (low is None or order >= low) and (high is None or order < high)
 
 
 def _hoped(following: int) -> int:
@@ -1167,9 +1370,13 @@ class _Block(NamedTuple):
     approximate: bool = False
 
 
-def _decode_block(item: Item, dense: bool) -> _Block | None:
+def _decode_block(
+    item: Item, dense: bool, *, dims: int | None = None, model: str | None = None
+) -> _Block | None:
     """An index block read from the store; None when it is not one this version wrote whole
-    (a foreign or damaged value is ignored: the turns it would cover are read one by one)."""
+    (a foreign or damaged value is ignored: the turns it would cover are read one by one), or
+    (``dense``) when its rows are not ``dims``-dimensional, were stored by another ``model``,
+    or hold NaN or infinity (its turns are then read, and re-embedded, one by one)."""
     value = item.value
     keys, bm25 = value.get("keys"), value.get("bm25")
     if value.get("v") != 1 or value.get("size") != _BLOCK or not _is_int(value.get("first"), 0):
@@ -1200,14 +1407,56 @@ def _decode_block(item: Item, dense: bool) -> _Block | None:
         counts = _unb64(vectors.get("counts"), "<i4")
         codes = "i8" in vectors  # else float16 rows, as the first blocks were written
         flat = _unb64(vectors.get("i8"), "i1") if codes else _unb64(vectors.get("f16"), "<f2")
-        dims = int(vectors["dims"])
+        width = int(vectors["dims"])
         if counts is None or flat is None or len(counts) != len(keys) or (counts < 1).any():
             return None
-        if dims == 0 or len(flat) != int(counts.sum()) * dims:
+        if width == 0 or len(flat) != int(counts.sum()) * width:
             return None
-        rows = flat.reshape(-1, dims)
+        if dims is not None and width != dims:
+            return None
+        if model is not None and "model" in vectors and vectors["model"] != model:
+            return None
+        if not codes and not np.isfinite(flat).all():
+            return None
+        rows = flat.reshape(-1, width)
         approximate = codes
     return _Block(int(value["first"]), keys, postings, counts, rows, approximate)
+
+
+class _Faults:
+    """What a Retrieval found damaged or foreign in its store and worked around, by kind
+    (``Retrieval.store_faults``): counted, and logged once per kind (a warning), never raised.
+    A damaged value costs the work of re-deriving it (re-embedding, re-tokenizing), not a
+    turn."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def note(self, kind: str, count: int = 1) -> None:
+        if count <= 0:
+            return
+        with self._lock:
+            first = kind not in self._counts
+            self._counts[kind] = self._counts.get(kind, 0) + count
+        if first:
+            logger.warning(
+                "langmem_ext: Retrieval found %s in its store; skipped and re-derived from the "
+                "turns' text (counted in Retrieval.store_faults, logged once)",
+                kind,
+            )
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+#: the kinds of ``_Faults``
+_BAD_VECTORS = "damaged or foreign turn vectors (re-embedded)"
+_BAD_NUMBER = "turns with an unreadable number"
+_BAD_BLOCK = "damaged or foreign index blocks (their turns read one by one)"
+_BAD_FILTER = "turn values the store could not filter on (scanned without the filter)"
+_BAD_EMBEDDING = "embeddings with NaN, infinity or another dimension (left out of the dense index)"
 
 
 class _Lexical:
@@ -1215,9 +1464,21 @@ class _Lexical:
     local dense index) their vectors, the values they were built from (without the vectors),
     and the marks they have caught up with (see the module notes)."""
 
-    def __init__(self, dense: bool, prev: bool = True) -> None:
+    def __init__(
+        self,
+        dense: bool,
+        prev: bool = True,
+        *,
+        model: str | None = None,
+        faults: _Faults | None = None,
+    ) -> None:
         self.index = BM25Index()
         self.vectors = VectorIndex() if dense else None
+        #: the embedding model of this index: stored vectors of another are re-embedded
+        self.model = model
+        #: the dimensions of this index's vectors before it holds any (the query's)
+        self.expect: int | None = None
+        self.faults = faults if faults is not None else _Faults()
         #: keep each turn's ``prev`` (the config packs or widens with the turn before)
         self.prev = prev
         #: uid -> the turn as a candidate (no score), built once from its stored value: the
@@ -1235,15 +1496,30 @@ class _Lexical:
         #: finds them and reads their turns (then their stored rows replace the codes)
         self.approximate: set[str] = set()
 
+    @property
+    def dims(self) -> int | None:
+        """The dimensions every vector of this index must have (None: not known yet)."""
+        held = self.vectors.dims if self.vectors is not None else None
+        return held or self.expect
+
+    def _rows(self, value: dict[str, Any]) -> np.ndarray[Any, Any] | None:
+        """The stored vectors of a turn this index can hold; None (counted when the value had
+        some: damaged or another model's) when it must be embedded again."""
+        rows = stored_vectors(value.get("vectors"), dims=self.dims, model=self.model)
+        if rows is None and value.get("vectors") is not None:
+            self.faults.note(_BAD_VECTORS)
+        return rows
+
     def add(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> bool:
         """Index one stored turn; False when the dense index needs its vectors and the value
-        carries none (a turn written before vectors were stored with it)."""
+        carries none it can use (written before vectors were stored with it, damaged, or
+        another model's)."""
         uid = "/".join((*namespace, key))
         self.turns[uid] = _turn_candidate(uid, value, self.prev)
-        self.index.add(uid, str(value.get("text", "")))
+        self.index.add(uid, _text_of(value))
         if self.vectors is None:
             return True
-        rows = stored_vectors(value.get("vectors"))
+        rows = self._rows(value)
         if rows is None:
             return False
         self.vectors.add(uid, rows)
@@ -1266,10 +1542,11 @@ class _Lexical:
         for uid, _, turn in fresh:
             self.turns[uid] = turn
         pairs = list(zip(uids, items, strict=True))
-        self.index.add_many((uid, str(it.value.get("text", ""))) for uid, it in pairs)
+        self.faults.note(_BAD_NUMBER, sum(_seq_of(it.value) is None for it in items))
+        self.index.add_many((uid, _text_of(it.value)) for uid, it in pairs)
         if self.vectors is None:
             return []
-        rows = [(uid, stored_vectors(it.value.get("vectors"))) for uid, it in pairs]
+        rows = [(uid, self._rows(it.value)) for uid, it in pairs]
         self.vectors.add_many((uid, r) for uid, r in rows if r is not None)
         if self.approximate:
             self.approximate.difference_update(uid for uid, r in rows if r is not None)
@@ -1314,8 +1591,8 @@ class _Lexical:
         if not dims:
             return
         for uid, value in stored:
-            found = _stored_bytes(value)
-            if found is not None and found[0] == dims:  # (else the codes stay)
+            found = _stored_bytes(value, dims=dims, model=self.model)
+            if found is not None:  # (else the codes stay)
                 uids.append(uid)
                 raws.append(found[1])
         if not uids:
@@ -1326,11 +1603,23 @@ class _Lexical:
         if left:  # another number of rows than the codes: replaced
             by_uid = dict(stored)
             for uid in left:
-                self.vectors.add(uid, cast(np.ndarray, stored_vectors(by_uid[uid])))
+                again = stored_vectors(by_uid[uid], dims=dims, model=self.model)
+                self.vectors.add(uid, cast(np.ndarray, again))
 
     def add_vectors(self, uid: str, vectors: Sequence[Sequence[float]]) -> None:
-        if self.vectors is not None:
-            self.vectors.add(uid, vectors)
+        """Vectors just embedded for a turn; left out (counted: BM25 still finds the turn) when
+        the model gave NaN, infinity or another number of dimensions than the index holds."""
+        if self.vectors is None:
+            return
+        try:
+            rows = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError):  # ragged, or not numbers
+            rows = np.zeros(0, dtype=np.float32)
+        dims = self.dims
+        if rows.ndim != 2 or not np.isfinite(rows).all() or (dims and rows.shape[1] != dims):
+            self.faults.note(_BAD_EMBEDDING)
+            return
+        self.vectors.add(uid, rows)
 
 
 class _Indexing(NamedTuple):
@@ -1347,6 +1636,14 @@ class _Indexing(NamedTuple):
 
 
 _PARTS = ("tenant", "user", "session")
+
+
+def _not_given(key: MemoryKey) -> frozenset[str]:
+    """The parts of ``key`` that name no one: left out of a config (``defaulted``) or given as
+    the shared ``"default"`` (``MemoryKey(session="s")`` names no user)."""
+    return key.defaulted | {p for p in _PARTS if getattr(key, p) == DEFAULT}
+
+
 #: the key of a call that gave none: every part fell back to the shared default
 _DEFAULTED = MemoryKey(defaulted=frozenset(_PARTS))
 
@@ -1530,6 +1827,9 @@ class Retrieval(Strategy):
             if prefetch_embeddings and self._embeddings is not None
             else None
         )
+        #: the identity of the local dense index's embedding model, stored with its vectors
+        self._model = _model_id(self._embeddings)
+        self._faults = _Faults()
         self.inner = inner
         self.store = store
         self.counter = inner.counter
@@ -1546,6 +1846,13 @@ class Retrieval(Strategy):
         #: round, and a hosted embedding model would be paid (and waited for) each time
         self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def store_faults(self) -> dict[str, int]:
+        """What this Retrieval found damaged or foreign in its store and worked around, by kind
+        (vectors re-embedded, index blocks skipped, unreadable turn numbers, ...): never raised,
+        each kind logged once."""
+        return self._faults.counts()
 
     @property
     def _local(self) -> bool:
@@ -1661,13 +1968,13 @@ class Retrieval(Strategy):
         base, scope = self.config.key, self.config.scope
         if key is None:
             who = base if base is not None else _DEFAULTED
-        elif base is None or not key.defaulted:
+        elif base is None or not (left := _not_given(key)):
             who = key
-        else:
-            tenant, user, session = (
-                str(getattr(base if p in key.defaulted else key, p)) for p in _PARTS
-            )
-            who = MemoryKey(tenant, user, session, defaulted=key.defaulted & base.defaulted)
+        else:  # a part the call's key left out (or gave as "default") is the default key's
+            tenant, user, session = (str(getattr(base if p in left else key, p)) for p in _PARTS)
+            who = MemoryKey(tenant, user, session, defaulted=left & _not_given(base))
+        # every key, explicit or from a config: a part the scope needs that is the shared
+        # default fails closed (``MemoryKey.require``), unless sharing was asked for
         if not self.config.shared_default:
             who.require(
                 "session" if scope == "thread" else "user",
@@ -1823,7 +2130,7 @@ class Retrieval(Strategy):
 
     def _facts_io(self, ops: Sequence[PutOp]) -> _Io[None]:
         if self._local:  # embedded here, once, and stored with the fact (like turns)
-            yield (yield from _with_vectors(ops))
+            yield (yield from _with_vectors(ops, self._model))
             return
         for batch in _distinct_texts(ops):
             yield list(batch)
@@ -1851,7 +2158,7 @@ class Retrieval(Strategy):
         the writes as made (with their vectors)."""
         ops = list(ops)
         if self._local:
-            ops = yield from _with_vectors(ops)
+            ops = yield from _with_vectors(ops, self._model)
         marks = key.namespace(_MARKS, scope="user")
         # the thread's tail and mark are read with the first turns written (none of them)
         tail_ns = key.namespace(_BLOCKS) if self.config.scope == "thread" else None
@@ -1874,7 +2181,9 @@ class Retrieval(Strategy):
         # numbered below is final (only the last turn of a write can be completed later)
         boundary = -(-min(numbers) // _BLOCK) * _BLOCK or _BLOCK
         if boundary < following:
-            yield from self._seal_io(key, boundary - _BLOCK, following - following % _BLOCK)
+            listed = before.pairs if before is not None else []
+            stop = following - following % _BLOCK
+            yield from self._seal_io(key, boundary - _BLOCK, stop, listed)
         thread_mark: dict[str, Any] = {"token": token, "next": following, "thread": key.session}
         if len(ops) <= _LISTED:  # a reader fetches these by key instead of scanning the thread
             thread_mark |= {"first": min(numbers), "keys": [op.key for op in ops]}
@@ -1898,24 +2207,34 @@ class Retrieval(Strategy):
         stored = yield from self._pages_io(key.namespace(_KIND), where, refresh=False)
         return [(it.value["seq"], it.key) for it in stored if _is_int(it.value.get("seq"), 0)]
 
-    def _seal_io(self, key: MemoryKey, start: int, stop: int) -> _Io[None]:
+    def _seal_io(
+        self, key: MemoryKey, start: int, stop: int, listed: Sequence[tuple[int, str]] = ()
+    ) -> _Io[None]:
         """Write the index blocks of the thread's turns numbered ``start`` to ``stop - 1``
         (whole blocks): every stored turn with those numbers (after a reset of the numbering,
-        the turns of both numberings), read back in one scan, a few large pages. A block is
-        rewritten whenever a write reaches the next one, so it is never older than the
-        numbering that makes it count (see ``_load_blocks``)."""
+        the turns of both numberings), read back in one scan, a few large pages, and the
+        turns the tail ``listed`` (number, key) in that range that the scan did not bring (a
+        damaged ``order`` the store's filter drops: a block must never leave a turn out). A
+        block is rewritten whenever a write reaches the next one, so it is never older than
+        the numbering that makes it count (see ``_load_blocks``)."""
+        namespace = key.namespace(_KIND)
         where = {"order": {"$gte": _order(start), "$lt": _order(stop)}}
-        items = yield from self._pages_io(key.namespace(_KIND), where, refresh=False)
+        items = yield from self._pages_io(namespace, where, refresh=False)
+        found = {it.key for it in items}
+        lost = [k for n, k in listed if start <= n < stop and k not in found]
+        if lost:
+            got = yield [GetOp(namespace, k, False) for k in dict.fromkeys(lost)]
+            items += [it for it in got if isinstance(it, Item)]
         groups: dict[int, list[Item]] = {first: [] for first in range(start, stop, _BLOCK)}
         for item in items:
-            seq = item.value.get("seq")
-            first = cast(int, seq) // _BLOCK * _BLOCK if _is_int(seq, 0) else -1
+            seq = _seq_of(item.value)
+            first = seq // _BLOCK * _BLOCK if seq is not None else -1
             if first in groups:
                 groups[first].append(item)
         writes = [
             PutOp(key.namespace(_BLOCKS), _order(first), block, index=False)
             for first, group in groups.items()
-            if (block := _encode_block(group, first, self._local)) is not None
+            if (block := _encode_block(group, first, self._local, self._model)) is not None
         ]
         if writes:
             yield writes
@@ -2045,7 +2364,8 @@ class Retrieval(Strategy):
         if in_process:
             mark = results[-1]
             assert mark is None or isinstance(mark, Item)
-            lexical = yield from self._lexical_io(prefix, marks, thread, mark)
+            dims = None if query_vector is None else len(query_vector)
+            lexical = yield from self._lexical_io(prefix, marks, thread, mark, dims)
             for _ in range(_SEARCH_ROUNDS):
                 ranked_uids, held = yield from self._ranked_io(lexical, query, query_vector)
                 if all(u in held for _, ranked, _ in ranked_uids for u, _ in ranked):
@@ -2134,12 +2454,20 @@ class Retrieval(Strategy):
         return {uid: turns[uid] for uid in uids if uid in turns}
 
     def _lexical_io(
-        self, prefix: tuple[str, ...], marks_ns: tuple[str, ...], thread: str, mark: Item | None
+        self,
+        prefix: tuple[str, ...],
+        marks_ns: tuple[str, ...],
+        thread: str,
+        mark: Item | None,
+        dims: int | None = None,
     ) -> _Io[_Lexical]:
         """The BM25 index of ``prefix``, current with the store as of ``mark`` (read just
         before): built from every stored turn on first use, else caught up with the turns of
-        each thread whose mark changed since the index last saw it."""
+        each thread whose mark changed since the index last saw it. ``dims``: the dimensions
+        of the query's vector (stored vectors of others are re-embedded)."""
         lexical = self._lexical_for(prefix)
+        if lexical is not None and lexical.expect is None:
+            lexical.expect = dims
         token: str | None = None
         if self.config.scope == "thread":
             thread_mark = _mark_of(mark)
@@ -2152,7 +2480,8 @@ class Retrieval(Strategy):
                 return lexical
             seen = yield from self._read_marks(marks_ns)
         if lexical is None:  # first use in this process: everything (older items too)
-            fresh = _Lexical(self._local, self._keeps_prev)
+            fresh = _Lexical(self._local, self._keeps_prev, model=self._model, faults=self._faults)
+            fresh.expect = dims
             covered = 0
             if self.config.scope == "thread" and thread_mark is not None:
                 covered = yield from self._load_blocks(fresh, prefix, thread_mark)
@@ -2175,21 +2504,35 @@ class Retrieval(Strategy):
         Returns the first turn number the blocks do not cover (0: none counts, and nothing was
         loaded)."""
         blocks_ns = ("langmem_ext", _BLOCKS, *prefix[2:])
-        # every block that could count, by key: a get each, in one batch (no scan, no sort of
-        # megabytes of values by the store)
+        # every block that could count, by key: a get each (no scan, no sort of megabytes of
+        # values by the store), in batches that double while every block asked for is there:
+        # the mark's number is read from the store, and the gets stop at the first block that
+        # is not, so the work is bounded by the blocks that exist, never by that number
         firsts = range(0, max(mark[1] - _BLOCK, 0), _BLOCK)
         if not firsts:
             return 0
         ttl = self._refresh_ttl
-        got = yield [
-            *(GetOp(blocks_ns, _order(first), ttl) for first in firsts),
-            GetOp(blocks_ns, _TAIL, ttl),
-        ]
-        tail = got.pop()
+        got: list[Any] = []
+        tail: Any = None
+        size = _BLOCK_GETS
+        while len(got) < len(firsts):
+            asked = firsts[len(got) : len(got) + size]
+            ops: list[Op] = [GetOp(blocks_ns, _order(first), ttl) for first in asked]
+            if not got:
+                ops.append(GetOp(blocks_ns, _TAIL, ttl))
+            answers = yield ops
+            if not got:
+                tail = answers.pop()
+            got += answers
+            if not all(isinstance(item, Item) for item in answers):
+                break
+            size *= 2
         if not isinstance(got[0], Item):  # no block (turns written before they were kept)
             return 0
         if lexical.vectors is not None:  # the matrix's memory is touched while the turns after
             sizes = [_block_rows(item) for item in got]  # the blocks are read and they decode
+            if lexical.dims is not None:  # (blocks of another model are read turn by turn)
+                sizes = [(rows, d) for rows, d in sizes if d == lexical.dims]
             total = sum(rows for rows, _ in sizes)
             if total:
                 dims = next(d for rows, d in sizes if rows)
@@ -2199,9 +2542,15 @@ class Retrieval(Strategy):
         hoped = len(firsts) * _BLOCK  # if every block counts
         after = yield from self._after_io(prefix, tail, hoped, mark)
         chain: list[_Block] = []
-        for first, item in zip(firsts, got, strict=True):
-            block = _decode_block(item, self._local) if isinstance(item, Item) else None
+        for first, item in zip(firsts, got, strict=False):
+            block = (
+                _decode_block(item, self._local, dims=lexical.dims, model=self._model)
+                if isinstance(item, Item)
+                else None
+            )
             if block is None or block.first != first:
+                if isinstance(item, Item):
+                    self._faults.note(_BAD_BLOCK)
                 break
             chain.append(block)
         del got
@@ -2229,11 +2578,10 @@ class Retrieval(Strategy):
         if listed is not None and listed.high <= following:  # (else a reset: see _tail_value)
             keys = list(dict.fromkeys(k for n, k in listed.pairs if n >= hoped))
             got = (yield [GetOp(prefix, k, self._refresh_ttl) for k in keys]) if keys else []
-            since = _order(hoped)  # what the scan's filter keeps
-            items = [
-                it for it in got if isinstance(it, Item) and str(it.value.get("order")) >= since
-            ]
-            numbers = {it.value.get("seq") for it in items}
+            # what the scan's filter keeps, by the turn's number (its ``order``, damaged, may
+            # not sort: the turn is still the tail's)
+            items = [it for it in got if isinstance(it, Item) and (_seq_of(it.value) or 0) >= hoped]
+            numbers = {_seq_of(it.value) for it in items}
             if all(n in numbers for n in range(hoped, following)):
                 return items
         return (yield from self._pages_io(prefix, {"order": {"$gte": _order(hoped)}}))
@@ -2242,9 +2590,24 @@ class Retrieval(Strategy):
         self, namespace: tuple[str, ...], where: dict[str, Any] | None, *, refresh: bool = True
     ) -> _Io[list[Item]]:
         """Every stored item under ``namespace`` that ``where`` keeps, in large pages (stores
-        page by OFFSET)."""
-        items: list[Item] = []
+        page by OFFSET). A store that cannot apply the filter to a damaged value
+        (``InMemoryStore`` compares ``$gte`` as floats: a damaged ``order`` raises) is scanned
+        without it, and the filter applied here (a turn whose number cannot be read is kept:
+        indexed, never lost)."""
         ttl = self._refresh_ttl if refresh else False
+        if where is None:
+            return (yield from self._scan_io(namespace, None, ttl))
+        try:
+            return (yield from self._scan_io(namespace, where, ttl))
+        except Exception:  # (a store failing for good fails the scan below too)
+            self._faults.note(_BAD_FILTER)
+            items = yield from self._scan_io(namespace, None, ttl)
+            return [it for it in items if _kept_by(where, it.value)]
+
+    def _scan_io(
+        self, namespace: tuple[str, ...], where: dict[str, Any] | None, ttl: bool
+    ) -> _Io[list[Item]]:
+        items: list[Item] = []
         while True:
             (page,) = yield [SearchOp(namespace, where, _LOAD_PAGE, len(items), None, ttl)]
             assert isinstance(page, list)
@@ -2310,6 +2673,18 @@ class Retrieval(Strategy):
         if fetches:  # the turns a mark listed: one get each, in one batch
             got = yield [GetOp(ns, k, self._refresh_ttl) for ns, k in fetches]
             loaded += [it for it in got if isinstance(it, Item)]
+        try:
+            loaded += yield from self._pages_together(pending)
+        except Exception:  # a filter the store could not apply (see _pages_io)
+            for namespace, where in loads:
+                loaded += yield from self._pages_io(namespace, where)
+        yield from self._add_io(lexical, loaded)
+
+    def _pages_together(
+        self, pending: list[tuple[tuple[str, ...], dict[str, Any] | None, int]]
+    ) -> _Io[list[Item]]:
+        """The pages of several scans, one batch per round."""
+        loaded: list[Item] = []
         while pending:
             ops: list[Op] = [
                 SearchOp(namespace, where, _LOAD_PAGE, offset, None, self._refresh_ttl)
@@ -2323,7 +2698,7 @@ class Retrieval(Strategy):
                 if len(page) == _LOAD_PAGE:
                     more.append((namespace, where, offset + _LOAD_PAGE))
             pending = more
-        yield from self._add_io(lexical, loaded)
+        return loaded
 
     def _add_io(self, lexical: _Lexical, items: Sequence[Item]) -> _Io[None]:
         """Add stored turns to ``lexical``. Turns stored without vectors (written before they
@@ -2343,7 +2718,9 @@ class Retrieval(Strategy):
     ) -> _Io[list[_Candidate]]:
         """The facts ranked by the cosine of their stored vectors with ``query`` (a fact stored
         without vectors, by an older writer, is embedded here), best ``k`` first."""
-        rows = {it.key: stored_vectors(it.value) for it in items}
+        rows = {
+            it.key: stored_vectors(it.value, dims=len(query), model=self._model) for it in items
+        }
         missing = tuple(dict.fromkeys(str(it.value.get("text", "")) for it in items
                                       if rows[it.key] is None))  # fmt: skip
         if missing:
