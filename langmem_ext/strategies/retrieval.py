@@ -61,11 +61,17 @@ leaves the indexes. Blocks and tail are a cache and the turns stay the source of
   numbering announced more turns than the current one, and when the turns it lists account for
   every number after the blocks; else the turns after the blocks are scanned for, and the next
   write lists them again from a scan;
-- so a numbering reset (a new state on the same thread), a fork, a damaged block or a lost tail
-  never hides a turn. A fresh process with the blocks ranks exactly as one reading every turn
-  (a property test). One limit: two processes writing the same thread at the same moment under
-  different numberings can each rewrite the tail from the same one, so a fresh process may miss
-  the other's turns after the blocks until the block that holds them is written.
+- a mark that announces fewer turns than the caller's state says were indexed
+  (``indexed_turns``: the mark, tail and blocks put back by a restored backup or read from a
+  replica that lags) still says which blocks count, but the turns after them are scanned for,
+  never taken from its tail; the next write then lists them in the tail again and seals the
+  blocks that mark did not count, once;
+- so a numbering reset (a new state on the same thread), a fork, a damaged block, a lost tail
+  or stale caches never hide a turn. A fresh process with the blocks ranks exactly as one
+  reading every turn (a property test). One limit: two processes writing the same thread at the
+  same moment under different numberings can each rewrite the tail from the same one, so a
+  fresh process may miss the other's turns after the blocks until the block that holds them is
+  written.
 
 Damaged and foreign values. Everything read from the store is checked, never trusted: a turn
 whose number, text, parts or vectors are damaged (``seq`` ``'x'`` or NaN, NaN or infinite
@@ -254,6 +260,8 @@ _Written = tuple[int, tuple[str, ...]]
 _Mark = tuple[str, int, _Written | None]
 #: a write lists its turns' keys in its mark up to this many
 _LISTED = 64
+#: how the token of a mark read from the store that is not one we wrote starts (ours are hex)
+_FOREIGN = "foreign:"
 
 
 #: Retrieval's plan: the inner plan's fold requests and its own I/O requests
@@ -755,7 +763,7 @@ def _token_of(item: Item | None) -> str | None:
     if item is None:
         return None
     token = item.value.get("token")
-    return token if isinstance(token, str) else f"foreign:{item.value!r}"
+    return token if isinstance(token, str) else f"{_FOREIGN}{item.value!r}"
 
 
 def _mark_of(item: Item | None) -> _Mark | None:
@@ -765,12 +773,22 @@ def _mark_of(item: Item | None) -> _Mark | None:
         return None
     token, following = item.value.get("token"), item.value.get("next")
     if not isinstance(token, str) or not isinstance(following, int) or following < 0:
-        return (f"foreign:{item.value!r}", 0, None)
+        return (f"{_FOREIGN}{item.value!r}", 0, None)
     first, keys = item.value.get("first"), item.value.get("keys")
     written: _Written | None = None
     if isinstance(first, int) and isinstance(keys, list) and all(isinstance(k, str) for k in keys):
         written = (first, tuple(keys))
     return (token, following, written)
+
+
+def _is_stale(mark: _Mark | None, known: int) -> bool:
+    """Whether a thread's ``mark`` announces fewer turns than ``known``, the turns the caller's
+    state says were indexed (``MemoryState.indexed_turns``): the mark, and the tail and blocks
+    written with it, were put back as they were before those turns (a restored backup, a
+    replica that lags) or another numbering wrote last (a fork). The turns are stored all the
+    same: the tail is not trusted to list them, they are scanned for. A foreign mark is not
+    stale (it already counts for nothing: see ``_mark_of``)."""
+    return mark is not None and not mark[0].startswith(_FOREIGN) and mark[1] < known
 
 
 def _order(seq: int) -> str:
@@ -1457,6 +1475,10 @@ _BAD_NUMBER = "turns with an unreadable number"
 _BAD_BLOCK = "damaged or foreign index blocks (their turns read one by one)"
 _BAD_FILTER = "turn values the store could not filter on (scanned without the filter)"
 _BAD_EMBEDDING = "embeddings with NaN, infinity or another dimension (left out of the dense index)"
+_STALE_MARK = (
+    "thread marks behind the caller's state (restored or lagging: the turns after the index "
+    "blocks scanned for, and listed again by the next write)"
+)
 
 
 class _Lexical:
@@ -1928,7 +1950,11 @@ class Retrieval(Strategy):
             return self._prefetched(self._compose(inner, after, [], (), count), upcoming)
         c = self.config
         turns, outcomes = yield _Together(
-            _StoreFlow(self.store, self._turns_io(query, who), embeddings=self._embeddings),
+            _StoreFlow(
+                self.store,
+                self._turns_io(query, who, after.indexed_turns),
+                embeddings=self._embeddings,
+            ),
             _SourceSearch(c.sources, query, c.per_ranking, c.source_timeout),
         )
         if not self._searches(query, turns, who):
@@ -2163,6 +2189,9 @@ class Retrieval(Strategy):
         # the thread's tail and mark are read with the first turns written (none of them)
         tail_ns = key.namespace(_BLOCKS) if self.config.scope == "thread" else None
         before: _Tail | None = None
+        numbers = [int((op.value or {}).get("seq", 0)) for op in ops]
+        # the blocks a stale mark counts end here (``_is_stale``); -1: the mark is not stale
+        stale_from = -1
         batches = [list(b) for b in (_distinct_texts(ops) if not self._local else [ops])]
         for n, batch in enumerate(batches):
             if n == 0 and tail_ns is not None:
@@ -2171,19 +2200,28 @@ class Retrieval(Strategy):
                     GetOp(marks, key.labels()[2], False),
                     *batch,
                 ]
-                before = _read_tail(got[0], _mark_of(got[1]))
+                last = _mark_of(got[1])
+                before = _read_tail(got[0], last)
+                # this write goes on from turns a restored (or lagging) mark does not announce:
+                # its tail lists none of them (listed again, from the turns) and the blocks it
+                # does not count may be gone or older (sealed again, from the turns)
+                if last is not None and _is_stale(last, min(numbers)):
+                    before, stale_from = None, _hoped(last[1])
+                    self._faults.note(_STALE_MARK)
             else:
                 yield batch
         token = uuid.uuid4().hex
-        numbers = [int((op.value or {}).get("seq", 0)) for op in ops]
         following = max(numbers) + 1
         # a write that reaches a multiple of _BLOCK closes the block before it: every turn
         # numbered below is final (only the last turn of a write can be completed later)
         boundary = -(-min(numbers) // _BLOCK) * _BLOCK or _BLOCK
-        if boundary < following:
+        stop = following - following % _BLOCK
+        start = boundary - _BLOCK if boundary < following else stop
+        if stale_from >= 0:
+            start = min(start, stale_from)
+        if start < stop:
             listed = before.pairs if before is not None else []
-            stop = following - following % _BLOCK
-            yield from self._seal_io(key, boundary - _BLOCK, stop, listed)
+            yield from self._seal_io(key, start, stop, listed)
         thread_mark: dict[str, Any] = {"token": token, "next": following, "thread": key.session}
         if len(ops) <= _LISTED:  # a reader fetches these by key instead of scanning the thread
             thread_mark |= {"first": min(numbers), "keys": [op.key for op in ops]}
@@ -2298,9 +2336,12 @@ class Retrieval(Strategy):
             while len(self._lexicals) > 256:  # bounded: the least recently searched goes
                 self._lexicals.popitem(last=False)
 
-    def _turns_io(self, query: str, key: MemoryKey) -> _Io[list[tuple[float, list[_Candidate]]]]:
+    def _turns_io(
+        self, query: str, key: MemoryKey, known: int = 0
+    ) -> _Io[list[tuple[float, list[_Candidate]]]]:
         """The memory index's rankings, each with its fusion weight. The dense search and the
-        mark read go in one batch; a stale BM25 index then catches up."""
+        mark read go in one batch; a stale BM25 index then catches up. ``known``: the turns
+        the caller's state says were indexed (a thread mark announcing fewer is stale)."""
         c = self.config
         prefix = self._prefix(key)
         marks = key.namespace(_MARKS, scope="user")
@@ -2365,7 +2406,7 @@ class Retrieval(Strategy):
             mark = results[-1]
             assert mark is None or isinstance(mark, Item)
             dims = None if query_vector is None else len(query_vector)
-            lexical = yield from self._lexical_io(prefix, marks, thread, mark, dims)
+            lexical = yield from self._lexical_io(prefix, marks, thread, mark, dims, known)
             for _ in range(_SEARCH_ROUNDS):
                 ranked_uids, held = yield from self._ranked_io(lexical, query, query_vector)
                 if all(u in held for _, ranked, _ in ranked_uids for u, _ in ranked):
@@ -2460,11 +2501,13 @@ class Retrieval(Strategy):
         thread: str,
         mark: Item | None,
         dims: int | None = None,
+        known: int = 0,
     ) -> _Io[_Lexical]:
         """The BM25 index of ``prefix``, current with the store as of ``mark`` (read just
         before): built from every stored turn on first use, else caught up with the turns of
         each thread whose mark changed since the index last saw it. ``dims``: the dimensions
-        of the query's vector (stored vectors of others are re-embedded)."""
+        of the query's vector (stored vectors of others are re-embedded). ``known``: the turns
+        the caller's state says were indexed in this thread (``_is_stale``)."""
         lexical = self._lexical_for(prefix)
         if lexical is not None and lexical.expect is None:
             lexical.expect = dims
@@ -2484,7 +2527,10 @@ class Retrieval(Strategy):
             fresh.expect = dims
             covered = 0
             if self.config.scope == "thread" and thread_mark is not None:
-                covered = yield from self._load_blocks(fresh, prefix, thread_mark)
+                stale = _is_stale(thread_mark, known)
+                if stale:
+                    self._faults.note(_STALE_MARK)
+                covered = yield from self._load_blocks(fresh, prefix, thread_mark, stale)
             if not covered:  # (else the blocks' load read the turns after them)
                 yield from self._load(fresh, [(prefix, None)])
             fresh.marks, fresh.user_token = seen, token
@@ -2497,12 +2543,15 @@ class Retrieval(Strategy):
             lexical.user_token = token
         return lexical
 
-    def _load_blocks(self, lexical: _Lexical, prefix: tuple[str, ...], mark: _Mark) -> _Io[int]:
+    def _load_blocks(
+        self, lexical: _Lexical, prefix: tuple[str, ...], mark: _Mark, stale: bool = False
+    ) -> _Io[int]:
         """Load the thread's index blocks into ``lexical``, and the turns after them: the blocks
         that chain from turn 0 and count under the thread's numbering (the next turn number of
         its ``mark``: a block counts when the turn after it was written, which rewrote it).
         Returns the first turn number the blocks do not cover (0: none counts, and nothing was
-        loaded)."""
+        loaded). A ``stale`` mark (``_is_stale``) still says which blocks count, but the turns
+        after them are scanned for: the tail written with it lists none of those since."""
         blocks_ns = ("langmem_ext", _BLOCKS, *prefix[2:])
         # every block that could count, by key: a get each (no scan, no sort of megabytes of
         # values by the store), in batches that double while every block asked for is there:
@@ -2540,7 +2589,7 @@ class Retrieval(Strategy):
                 room = total + total // 4 + 8 * _BLOCK
                 lexical.vectors.reserve(room, dims, prefault=min(total + 2 * _BLOCK, room))
         hoped = len(firsts) * _BLOCK  # if every block counts
-        after = yield from self._after_io(prefix, tail, hoped, mark)
+        after = yield from self._after_io(prefix, None if stale else tail, hoped, mark)
         chain: list[_Block] = []
         for first, item in zip(firsts, got, strict=False):
             block = (
