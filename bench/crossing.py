@@ -106,7 +106,9 @@ class SlowChat(BaseChatModel):
 
 
 def _summary_text(tokens: int) -> str:
-    return " ".join(["noted"] * max(tokens, 1))
+    """A summary of about ``tokens`` words that passes the summary checks: words of the chat
+    (``w0`` ...), none repeated (one word repeated to fill it would be rejected as degenerate)."""
+    return "Asked: " + " ".join(f"w{j}" for j in range(max(tokens - 1, 1)))
 
 
 def chat(calls: int) -> list[list[BaseMessage]]:

@@ -138,13 +138,26 @@ class App:
 
 
 def is_orphan(history: Sequence[BaseMessage], index: int) -> bool:
-    """A tool result whose call is not in the history before it (the app removed the call):
-    no provider accepts it, so the view drops it, a documented repair (``report.repaired``)."""
+    """A tool result whose call is not in the history before it (the app removed the call), or
+    a duplicate result: no provider accepts it, so the view drops it, a documented repair
+    (``report.repaired``)."""
     message = history[index]
     if not isinstance(message, ToolMessage):
         return False
     made = {c["id"] for m in history[:index] if isinstance(m, AIMessage) for c in m.tool_calls}
-    return message.tool_call_id not in made
+    return message.tool_call_id not in made or is_duplicate(history, index)
+
+
+def is_duplicate(history: Sequence[BaseMessage], index: int) -> bool:
+    """A second tool result for a call already answered since the call was made: the view keeps
+    the first one and drops this one, the other documented repair (``report.repaired``)."""
+    call_id = getattr(history[index], "tool_call_id", None)
+    for m in reversed(history[:index]):
+        if isinstance(m, ToolMessage) and m.tool_call_id == call_id:
+            return True
+        if isinstance(m, AIMessage) and any(c["id"] == call_id for c in m.tool_calls):
+            return False
+    return False
 
 
 def shown_markers(view: Sequence[BaseMessage], history: Sequence[BaseMessage]) -> set[int | None]:

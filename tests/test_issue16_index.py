@@ -647,9 +647,9 @@ class RecordingStore(InMemoryStore):
 
 def test_turns_carry_float16_vectors_and_the_store_embeds_none_of_them() -> None:
     """(b) Each stored turn carries ``vectors`` ({"dims", "f16", "model"}: one float16 row per
-    message, the embedder's vector within float16 rounding), was written with ``index=False``, and the
-    store's own vector table holds nothing for the turns' namespace (white-box: InMemoryStore
-    keeps its embeddings in ``_vectors``, filled here for the store-side path)."""
+    message, the embedder's vector within float16 rounding), was written with ``index=False``,
+    and the store's own vector table holds nothing for the turns' namespace (white-box:
+    InMemoryStore keeps its embeddings in ``_vectors``, filled here for the store-side path)."""
     embed = Concepts()
     store = RecordingStore(index={"dims": DIMS, "embed": embed, "fields": ["text"]})
     run(retrieval(store, ranking="dense"), conversation(30))

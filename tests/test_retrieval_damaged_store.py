@@ -20,6 +20,7 @@ import pybase64
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.base import BaseStore, GetOp, Op, Result
 from langgraph.store.memory import InMemoryStore
@@ -338,6 +339,38 @@ def test_a_changed_embedding_model_re_embeds_the_stored_turns_instead_of_crashin
         embedded = set(embed.embedded)
         assert any("4471" in text for text in embedded)
         assert any("K-2291" in text for text in embedded)
+
+
+class Timed(Embeddings):
+    """A wrapper that only observes (as a tracing or caching wrapper does): the same vectors as
+    the model it wraps, kept in ``inner``."""
+
+    def __init__(self, inner: Concepts) -> None:
+        self.inner = inner
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+def test_a_wrapper_of_the_same_embedding_model_keeps_the_stored_vectors() -> None:
+    """Wrapping the model that wrote the vectors (timing, caching, retries) is not a model
+    change: a fresh process with the wrapper embeds only its queries, never a stored turn."""
+    key = MemoryKey("acme", "ann", "wrapped-model")
+    store = InMemoryStore()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_BLOCK", BLOCK)
+        history = chat(0, TURNS_WRITTEN)
+        state = make(store, key).apply(history).state
+        inner = Concepts()
+        strategy = make(store, key, Timed(inner))
+        for fact, question in QUESTIONS.items():
+            result = strategy.view([*history, HumanMessage(question)], state)
+            assert is_valid(result.messages) and fact in context(result)
+        assert inner.documents == []  # no stored turn embedded again
+        assert not strategy.store_faults
 
 
 # -- a mark read from the store bounds no work -------------------------------------------------

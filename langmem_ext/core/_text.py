@@ -10,9 +10,31 @@ lives in :mod:`langmem_ext.core.messages`; this module knows nothing of messages
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
-__all__ = ["clip_text", "last_fitting", "longest_prefix_within"]
+__all__ = ["clip_text", "json_too_deep", "last_fitting", "longest_prefix_within"]
+
+#: the JSON tokens that open or close a level (strings matched whole, so their brackets do not)
+_JSON_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|[\[{]|[\]}]')
+
+
+def json_too_deep(text: str, limit: int) -> int | None:
+    """The offset where ``text`` nests JSON arrays/objects deeper than ``limit`` (strings
+    skipped), or None. Checked before parsing: ``json.loads`` recurses once per level, and a
+    few thousand ``[`` raise ``RecursionError`` from inside the parser."""
+    if text.count("[") + text.count("{") <= limit:  # cannot be deeper: skip the scan
+        return None
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > limit:
+                return match.start()
+        elif token in "]}":
+            depth -= 1
+    return None
 
 
 def last_fitting(low: int, high: int, fits: Callable[[int], bool]) -> int:

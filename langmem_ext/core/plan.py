@@ -453,8 +453,9 @@ def _no_human_message(walk: _Walk, messages: Sequence[BaseMessage]) -> InvalidHi
     return InvalidHistoryError(
         f"the history has no HumanMessage (messages[{first}:] hold only AI, tool and other "
         "non-human messages), so no view can start with one as start_on='human' requires. "
-        "Add the user's message before calling the strategy, or pass start_on='any' to accept "
-        "a view that starts with an AI or tool message",
+        "Add the user's message before calling the strategy (TokenBudget, SlidingWindow, "
+        "ToolDigest and SummaryBuffer also take start_on='any', to accept a view that starts "
+        "with an AI or tool message)",
         index=first,
         message_id=ensure_message(messages[first], first).id if first < len(messages) else None,
     )

@@ -51,12 +51,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import reprlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
+from langmem_ext.core._text import json_too_deep
 from langmem_ext.errors import InvalidStateError
 
 __all__ = ["STATE_VERSION", "Health", "MemoryState"]
@@ -100,23 +100,6 @@ def _shown(value: Any) -> str:
 
 #: a state's JSON nests three deep (object, summary, pair); anything far deeper is not a state
 MAX_JSON_DEPTH = 32
-_JSON_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|[\[{]|[\]}]')
-
-
-def _json_depth_over(text: str, limit: int) -> bool:
-    """Whether ``text`` nests arrays/objects deeper than ``limit`` (strings skipped): checked
-    before parsing, because ``json.loads`` recurses once per level and a few thousand ``[``
-    would raise ``RecursionError`` from inside the parser."""
-    depth = 0
-    for match in _JSON_TOKEN.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif token in "]}":
-            depth -= 1
-    return False
 
 
 def _invalid(name: str, value: Any, expected: str, *, within: Any = None) -> InvalidStateError:
@@ -294,7 +277,7 @@ class MemoryState:
             raise TypeError(
                 f"MemoryState.from_json expects str or bytes, got {type(text).__name__}"
             )
-        if _json_depth_over(text, MAX_JSON_DEPTH):
+        if json_too_deep(text, MAX_JSON_DEPTH) is not None:
             raise InvalidStateError(
                 f"invalid MemoryState JSON: nested deeper than {MAX_JSON_DEPTH} levels (a state "
                 f"nests three deep); it was not written by MemoryState.to_json()",

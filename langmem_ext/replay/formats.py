@@ -81,6 +81,7 @@ from langchain_core.messages import (
 from pydantic import ValidationError
 
 from langmem_ext.core._identity import tool_call_ids
+from langmem_ext.core._text import json_too_deep
 from langmem_ext.errors import LangmemExtError
 
 if TYPE_CHECKING:
@@ -120,7 +121,6 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: the deepest JSON nesting read: messages nest a few levels (content blocks, tool arguments);
 #: far deeper is hostile, and ``json.loads`` (then LangChain) would recurse once per level
 MAX_JSON_DEPTH = 100
-_JSON_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|[\[{]|[\]}]')
 
 
 class TranscriptError(LangmemExtError, ValueError):
@@ -269,23 +269,6 @@ def _check_tool_results(
 # reading files and JSON, bounded
 
 
-def _too_deep(text: str, limit: int) -> int | None:
-    """The offset where ``text`` nests JSON arrays/objects deeper than ``limit`` (strings
-    skipped), or None."""
-    if text.count("[") + text.count("{") <= limit:  # cannot be deeper: skip the scan
-        return None
-    depth = 0
-    for match in _JSON_TOKEN.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > limit:
-                return match.start()
-        elif token in "]}":
-            depth -= 1
-    return None
-
-
 def _line_of(text: str, offset: int, first: int) -> int:
     return first + text.count("\n", 0, offset)
 
@@ -297,7 +280,7 @@ def loads_bounded(
     ``fail(problem, line)``: nesting deeper than :data:`MAX_JSON_DEPTH`, a number longer than
     Python's integer digit limit. ``line`` is the line ``text`` starts on in its file. A
     ``json.JSONDecodeError`` is raised as is (callers say where and why)."""
-    deep = _too_deep(text, MAX_JSON_DEPTH)
+    deep = json_too_deep(text, MAX_JSON_DEPTH)
     if deep is not None:
         raise fail(
             f"JSON nested deeper than {MAX_JSON_DEPTH} levels: not a transcript (refused "

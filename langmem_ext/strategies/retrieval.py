@@ -313,6 +313,26 @@ def _end_transaction(store: BaseStore) -> None:
                     conn.rollback()
 
 
+class _BusyRetry:
+    """What :func:`batch_retrying` and :func:`abatch_retrying` share: after a failed batch,
+    the wait before the next attempt, or the error raised again (not a busy store, or the
+    ``limit`` seconds spent)."""
+
+    def __init__(self, store: BaseStore, limit: float | None) -> None:
+        self.store = store
+        self.delays = iter(_busy_delays(BUSY_RETRY_SECONDS if limit is None else limit))
+
+    def wait_after(self, error: Exception) -> float:
+        if not _is_busy(error):
+            raise error
+        _end_transaction(self.store)
+        wait = next(self.delays, None)
+        if wait is None:
+            raise error
+        logger.debug("langmem_ext: store busy (%s); again in %.3f s", error, wait)
+        return wait
+
+
 def _busy_delays(limit: float) -> Iterable[float]:
     """The waits between attempts: 10 ms doubling to 0.5 s, jittered, ``limit`` seconds in
     all."""
@@ -328,37 +348,24 @@ def batch_retrying(store: BaseStore, ops: Sequence[Op], limit: float | None = No
     """``store.batch(ops)``, asked again with a bounded backoff while the store reports itself
     busy (``BUSY_RETRY_SECONDS`` in all, then the error is raised). Safe for the batches
     Retrieval and the surfaces make: reads, and puts that write the same values again."""
-    delays = iter(_busy_delays(BUSY_RETRY_SECONDS if limit is None else limit))
+    retry = _BusyRetry(store, limit)
     while True:
         try:
             return store.batch(ops)
         except Exception as error:
-            if not _is_busy(error):
-                raise
-            _end_transaction(store)
-            wait = next(delays, None)
-            if wait is None:
-                raise
-            logger.debug("langmem_ext: store busy (%s); again in %.3f s", error, wait)
-            time.sleep(wait)
+            time.sleep(retry.wait_after(error))
 
 
 async def abatch_retrying(
     store: BaseStore, ops: Sequence[Op], limit: float | None = None
 ) -> list[Any]:
     """Async :func:`batch_retrying` (the waits do not block the event loop)."""
-    delays = iter(_busy_delays(BUSY_RETRY_SECONDS if limit is None else limit))
+    retry = _BusyRetry(store, limit)
     while True:
         try:
             return await store.abatch(ops)
         except Exception as error:
-            if not _is_busy(error):
-                raise
-            _end_transaction(store)
-            wait = next(delays, None)
-            if wait is None:
-                raise
-            await asyncio.sleep(wait)
+            await asyncio.sleep(retry.wait_after(error))
 
 
 def _throw(flow: Generator[_Y, _S, _T], error: Exception) -> tuple[_Y | None, _T | None]:
@@ -1165,6 +1172,7 @@ def _model_id(embeddings: Embeddings | None) -> str | None:
     of the same dimensions are still two spaces: vectors are compared within one only."""
     if embeddings is None:
         return None
+    embeddings = _unwrapped(embeddings)
     kind = type(embeddings)
     name = next(
         (
@@ -1175,6 +1183,32 @@ def _model_id(embeddings: Embeddings | None) -> str | None:
         "",
     )
     return f"{kind.__module__}.{kind.__qualname__}" + (f":{name}" if name else "")
+
+
+#: where a wrapper of an embedding model keeps the model it wraps (LangChain's
+#: ``CacheBackedEmbeddings.underlying_embeddings``, and the usual names of one's own wrappers)
+_WRAPPED_ATTRS = ("underlying_embeddings", "inner", "_inner", "wrapped", "embeddings")
+
+
+def _unwrapped(embeddings: Embeddings) -> Embeddings:
+    """The model under wrappers that only add caching, timing or retries: a wrapper gives the
+    same vectors as the model it wraps, so it must not make stored vectors look foreign (every
+    turn would be embedded again). At most 8 levels."""
+    for _ in range(8):
+        inner = next(
+            (
+                value
+                for attr in _WRAPPED_ATTRS
+                if (value := getattr(embeddings, attr, None)) is not None
+                and value is not embeddings
+                and callable(getattr(value, "embed_query", None))
+            ),
+            None,
+        )
+        if inner is None:
+            break
+        embeddings = inner
+    return embeddings
 
 
 def stored_vectors(
