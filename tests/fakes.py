@@ -12,6 +12,10 @@
 * :class:`ScriptedSummarizer`: stands in for a strategy's whole :class:`langmem_ext.Summarizer`
   (``fold``/``afold``), below the prompt level: fails when its schedule says so and records the
   batches of messages it folded.
+* :class:`Concepts`: the *embedding model* of the retrieval tests: deterministic, synonyms share a
+  dimension (a paraphrase still matches), and it records what it embedded.
+* :class:`HideBlocks`: a *store* wrapper that hides ``Retrieval``'s index blocks, the reference of
+  a fresh process that reads every turn.
 
 Why shared: the suite grew about seven of these, two of them with the same class name and
 different behaviour; a test that needs something else subclasses one of these (see
@@ -24,16 +28,23 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.store.base import BaseStore, GetOp, Op, Result, SearchOp
 from pydantic import Field
 
 __all__ = [
+    "DIMS",
+    "Concepts",
+    "HideBlocks",
     "RecordingChatModel",
     "ScriptedSummarizer",
     "SummaryModel",
@@ -209,3 +220,82 @@ class ScriptedSummarizer:
         self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
     ) -> dict[str, str]:
         return self.fold(previous, messages)
+
+
+# -- retrieval: an embedding model and a store wrapper -----------------------------------------
+
+#: synonyms share a dimension, so a paraphrase with no word in common still matches (BM25 misses it)
+CONCEPTS = {
+    "storage": ("locker", "cabinet"),
+    "secret": ("code", "combination", "pin"),
+    "sport": ("gym", "fitness"),
+    "family": ("sister", "sibling"),
+    "move": ("moved", "relocated"),
+    "city": ("porto", "oporto"),
+}
+JITTER = 24
+DIMS = len(CONCEPTS) + JITTER
+
+
+class Concepts(Embeddings):
+    """Deterministic embeddings that record what they embed: one dimension per concept (a count
+    of its synonyms) plus a small pseudo-random part seeded by the text, so distinct texts never
+    tie. ``documents``: the texts of each ``embed_documents`` call; ``queries``: each query."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+        self.documents: list[list[str]] = []
+        self.queries: list[str] = []
+        self._lock = threading.Lock()
+
+    def vector(self, text: str) -> list[float]:
+        words = re.findall(r"\w+", text.lower())
+        v = np.zeros(DIMS)
+        for i, synonyms in enumerate(CONCEPTS.values()):
+            v[i] = sum(word in synonyms for word in words)
+        v[len(CONCEPTS) :] = np.random.default_rng(zlib.crc32(text.encode())).normal(size=JITTER)
+        v[len(CONCEPTS) :] *= 0.15
+        return (self.scale * v / np.linalg.norm(v)).tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        with self._lock:
+            self.documents.append(list(texts))
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        with self._lock:
+            self.queries.append(text)
+        return self.vector(text)
+
+    @property
+    def embedded(self) -> list[str]:
+        return [text for call in self.documents for text in call]
+
+    def reset(self) -> None:
+        self.documents.clear()
+        self.queries.clear()
+
+
+class HideBlocks(BaseStore):
+    """The same store with its index blocks hidden: the reference of a fresh process that reads
+    every turn (writes pass through, so nothing else differs)."""
+
+    def __init__(self, inner: BaseStore) -> None:
+        self.inner = inner
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        results = self.inner.batch(ops)
+        return [hidden(op, r) for op, r in zip(ops, results, strict=True)]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return self.batch(ops)
+
+
+def hidden(op: Op, result: Result) -> Result:
+    """``result``, or nothing when ``op`` reads the index blocks (by key or by search)."""
+    if isinstance(op, GetOp) and op.namespace[1:2] == ("turn_blocks",):
+        return None
+    if isinstance(op, SearchOp) and op.namespace_prefix[1:2] == ("turn_blocks",):
+        return []
+    return result

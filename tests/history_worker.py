@@ -372,7 +372,7 @@ def run_backend(
     raise ValueError(f"unknown backend {backend!r}")
 
 
-# --- contention: several writers on one key with prune_backing (item 3 of issue 11) ----------
+# --- contention: several writers on one key with prune_backing ---------------------------------
 
 _FOLDED = re.compile(r"\b(question|answer) (\d+): marker=(\w+)")
 _FOLD_ID = re.compile(r"\bfold ([\w.-]+)")

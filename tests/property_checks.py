@@ -161,7 +161,7 @@ def required_start(run: Run, history: Sequence[BaseMessage], b: int) -> int:
     while sizes[t] < run.case.get("min_messages") and t + 1 < len(units):
         t += 1
     h = next((p for p, u in enumerate(units) if u.has_human), None)
-    if h is None:  # the turn's request is folded and pinned (issue 13): the newest units only
+    if h is None:  # the turn's request is folded and pinned (long turn): the newest units only
         return b + units[t].start
     a = next((p for p in range(h, len(units)) if leads(units[p])), h)
     u = max(t, a)
@@ -181,7 +181,7 @@ def _is_request(message: BaseMessage) -> bool:
 
 
 def pinned_index(run: Run, history: Sequence[BaseMessage], bs: int, b: int) -> int | None:
-    """The folded human message a view may hold before the unfolded ones (issue 13): the
+    """The folded human message a view may hold before the unfolded ones (long agent turns): the
     newest one before ``b`` when ``history[b:]`` does not start with a human message. The
     request of a long agent turn whose older rounds were folded stays in every view. With
     ``start_on="any"`` only while no human message is unfolded (then it is the newest turn's)."""
@@ -634,7 +634,7 @@ def call_log(turn: Turn) -> list[tuple[Any, ...]]:
 
 
 # --------------------------------------------------------------------------------------------
-# long agent turns (issue 13): one request followed by many tool rounds
+# long agent turns: one request followed by many tool rounds
 
 
 def in_flight_index(history: Sequence[BaseMessage]) -> int | None:

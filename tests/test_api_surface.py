@@ -1,11 +1,12 @@
 """The public API is pinned: what ``langmem_ext`` exports, and every name the README documents.
 
-Why: issue 12 moves code between modules (and later into subpackages) while ``from langmem_ext
+Why: refactors move code between modules (and later into subpackages) while ``from langmem_ext
 import ...`` must keep working. These tests fail when a refactor drops or renames a public name,
 when a name is exported by accident, or when the README documents a name that does not import.
-Adding a public name is a decision: add it to ``EXPECTED`` here, in the same change (issue 16
-added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex; the summary checks
-added DEFAULT_SUMMARY_CHECKS, SummaryCheck, SummaryContext, SummaryRejected and ModelBusyError).
+Adding a public name is a decision: add it to ``EXPECTED`` here, in the same change (the
+provider counters added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex; the
+summary checks added DEFAULT_SUMMARY_CHECKS, SummaryCheck, SummaryContext, SummaryRejected and
+ModelBusyError).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def readme_backticked_exports() -> set[str]:
     return {name for name in _BACKTICKED.findall(_readme()) if name in EXPECTED}
 
 
-def test_issue12_item7_all_is_exactly_the_expected_public_names() -> None:
+def test_all_is_exactly_the_expected_public_names() -> None:
     assert tuple(langmem_ext.__all__) == EXPECTED, (
         "langmem_ext.__all__ changed: added "
         f"{sorted(set(langmem_ext.__all__) - set(EXPECTED))}, removed "
@@ -115,19 +116,19 @@ def test_issue12_item7_all_is_exactly_the_expected_public_names() -> None:
 
 
 @pytest.mark.parametrize("name", EXPECTED)
-def test_issue12_item7_every_expected_name_imports_from_the_package(name: str) -> None:
+def test_every_expected_name_imports_from_the_package(name: str) -> None:
     namespace: dict[str, object] = {}
     exec(f"from langmem_ext import {name}", namespace)  # the statement users write
     assert namespace[name] is getattr(langmem_ext, name)
 
 
-def test_issue12_item7_star_import_gives_every_public_name() -> None:
+def test_star_import_gives_every_public_name() -> None:
     namespace: dict[str, object] = {}
     exec("from langmem_ext import *", namespace)
     assert set(EXPECTED) <= set(namespace)
 
 
-def test_issue12_item7_readme_imports_from_the_package_are_public_names() -> None:
+def test_readme_imports_from_the_package_are_public_names() -> None:
     """Every ``from langmem_ext import ...`` of the README names an exported name, so the
     quick-start code keeps working after modules move."""
     imported = readme_imports().get("langmem_ext", set())
@@ -137,7 +138,7 @@ def test_issue12_item7_readme_imports_from_the_package_are_public_names() -> Non
         assert getattr(langmem_ext, name) is not None
 
 
-def test_issue12_item7_readme_imports_from_submodules_still_resolve() -> None:
+def test_readme_imports_from_submodules_still_resolve() -> None:
     """The README also imports a few names from submodules (``langmem_ext.compat``,
     ``langmem_ext.testing``): those paths are public too."""
     submodules = {m: names for m, names in readme_imports().items() if m != "langmem_ext"}
@@ -148,7 +149,7 @@ def test_issue12_item7_readme_imports_from_submodules_still_resolve() -> None:
         assert not missing, f"README imports {missing} from {module}, which has no such name"
 
 
-def test_issue12_item7_names_the_readme_documents_in_backticks_are_exported() -> None:
+def test_names_the_readme_documents_in_backticks_are_exported() -> None:
     """The strategies, surfaces and errors the README's prose names in backticks are all
     importable from the package (the list is checked not to shrink to nothing)."""
     documented = readme_backticked_exports()

@@ -1,4 +1,4 @@
-"""Issue 12, the summarizer's edges: one call flow with two thin drivers, one of each text
+"""The summarizer's edges: one call flow with two thin drivers, one of each text
 helper (prefix search, clipper, transcript renderer), one exception hierarchy, a public counter
 base, and no dead code."""
 
@@ -69,7 +69,7 @@ def _summarizer(model: Any, **kwargs: Any) -> Summarizer:
 # one flow, two drivers
 
 
-def test_issue12_summarizer_call_is_one_flow_with_two_thin_drivers() -> None:
+def test_summarizer_call_is_one_flow_with_two_thin_drivers() -> None:
     # the retries, the backoff and the fallback are written once, as a flow of I/O steps; the
     # drivers only perform them (before: _call/_acall and _attempts/_aattempts, twice each)
     for twin in ("_call", "_acall", "_attempts", "_aattempts"):
@@ -103,7 +103,7 @@ def test_issue12_summarizer_call_is_one_flow_with_two_thin_drivers() -> None:
     ]
 
 
-def test_issue12_sync_and_async_drivers_run_the_same_flow() -> None:
+def test_sync_and_async_drivers_run_the_same_flow() -> None:
     def run(mode: str) -> tuple[Any, list[float]]:
         waits: list[float] = []
         model = Scripted(TimeoutError("slow"), "the summary")
@@ -122,7 +122,7 @@ def test_issue12_sync_and_async_drivers_run_the_same_flow() -> None:
     assert run("sync") == run("async") == ({"conversation": "the summary"}, [0.5])
 
 
-def test_issue12_a_failed_flow_raises_the_same_error_in_both_drivers() -> None:
+def test_a_failed_flow_raises_the_same_error_in_both_drivers() -> None:
     def failure(mode: str) -> str:
         summarizer = _summarizer(Scripted(*[ValueError("bug")] * 4))
         with pytest.raises(SummarizerError) as caught:
@@ -141,9 +141,7 @@ def test_issue12_a_failed_flow_raises_the_same_error_in_both_drivers() -> None:
 
 
 @given(st.text(alphabet="ab ", max_size=60), st.integers(min_value=-2, max_value=20))
-def test_issue12_longest_prefix_within_is_the_longest_fitting_prefix(
-    text: str, budget: int
-) -> None:
+def test_longest_prefix_within_is_the_longest_fitting_prefix(text: str, budget: int) -> None:
     count = ApproximateCounter(chars_per_token=3).count_text
     keep = longest_prefix_within(text, budget, count)
     fitting = [k for k in range(len(text) + 1) if count(text[:k]) <= budget]
@@ -151,7 +149,7 @@ def test_issue12_longest_prefix_within_is_the_longest_fitting_prefix(
     assert last_fitting(3, 2, lambda k: False) == 3  # an empty range is its floor
 
 
-def test_issue12_the_prefix_search_is_written_once() -> None:
+def test_the_prefix_search_is_written_once() -> None:
     # before: a binary search in messages.clip_message, Summarizer._split_line and
     # Summarizer._clip, each its own copy
     for name in MODULES:
@@ -160,7 +158,7 @@ def test_issue12_the_prefix_search_is_written_once() -> None:
         assert copies == (1 if name == "_text" else 0), name
 
 
-def test_issue12_one_clipper_one_marker_family() -> None:
+def test_one_clipper_one_marker_family() -> None:
     assert CLIP_MARKER.format(removed=7) == clip_marker(7)
     assert clip_marker(7, "").endswith("7 characters clipped by langmem_ext]")
     tool = ToolMessage("x" * 50, tool_call_id="c1", id="t1")
@@ -182,7 +180,7 @@ def test_issue12_one_clipper_one_marker_family() -> None:
     assert clip_text("one two three four", 3, words, " [cut]") == "one two [cut]"
 
 
-def test_issue12_one_transcript_renderer() -> None:
+def test_one_transcript_renderer() -> None:
     assert summarize.render_transcript is _transcript.render_transcript
     assert summarize.render_message is _transcript.render_message
     call = AIMessage("", tool_calls=[{"name": "f", "args": {"b": 1, "a": "é"}, "id": "c"}])
@@ -195,7 +193,7 @@ def test_issue12_one_transcript_renderer() -> None:
 # exceptions, counters, dead code
 
 
-def test_issue12_exceptions_form_one_hierarchy_in_errors() -> None:
+def test_exceptions_form_one_hierarchy_in_errors() -> None:
     for name in errors.__all__:
         cls = getattr(errors, name)
         assert cls.__module__ == "langmem_ext.errors", name
@@ -209,7 +207,7 @@ def test_issue12_exceptions_form_one_hierarchy_in_errors() -> None:
     assert isinstance(caught.value, KeyError) and "memory key incomplete" in str(caught.value)
 
 
-def test_issue12_is_blocking_is_part_of_the_token_counter_protocol() -> None:
+def test_is_blocking_is_part_of_the_token_counter_protocol() -> None:
     assert "is_blocking" in TokenCounter.__annotations__
     assert as_counter(None).is_blocking is False
 
@@ -227,7 +225,7 @@ def test_issue12_is_blocking_is_part_of_the_token_counter_protocol() -> None:
     assert as_counter(legacy) is legacy  # type: ignore[arg-type,comparison-overlap]
 
 
-def test_issue12_cached_counter_is_a_public_base_for_provider_counters() -> None:
+def test_cached_counter_is_a_public_base_for_provider_counters() -> None:
     assert "CachedCounter" in tokens.__all__
     calls: list[str] = []
 
@@ -253,12 +251,12 @@ def test_issue12_cached_counter_is_a_public_base_for_provider_counters() -> None
         Unfinished().count_message(hello)
 
 
-def test_issue12_dead_code_is_gone() -> None:
+def test_dead_code_is_gone() -> None:
     assert not hasattr(summarize, "as_summarizer") and "as_summarizer" not in summarize.__all__
     assert not hasattr(MemoryKey, "parts")
 
 
-def test_issue12_no_function_over_80_lines_in_the_summarizer_modules() -> None:
+def test_no_function_over_80_lines_in_the_summarizer_modules() -> None:
     for name in (*MODULES, "_transcript"):
         tree = ast.parse(_module_path(name).read_text(encoding="utf-8"))
         for node in ast.walk(tree):

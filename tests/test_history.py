@@ -78,7 +78,7 @@ def managed(
 ) -> ManagedChatMessageHistory:
     options: dict[str, Any] = {"id_factory": message_id, **kwargs}
     if options.get("store") is not None and "key" not in options and "config" not in options:
-        options["key"] = key_for("managed")  # a store needs a session (issue 11, item 12)
+        options["key"] = key_for("managed")  # a store needs a session (keys fail closed)
     strategy = options.pop("strategy", None) or make_strategy()
     return ManagedChatMessageHistory(backing or InMemoryChatMessageHistory(), strategy, **options)
 

@@ -1,4 +1,4 @@
-"""Issue 12 item 6: the layout shows the layers, and the layers hold.
+"""The layout shows the layers, and the layers hold.
 
 ``langmem_ext.core`` is the pure core (no LangGraph, no I/O libraries), ``langmem_ext.strategies``
 runs it, ``langmem_ext.integrations`` are the surfaces. Imports only point down: core imports
@@ -49,7 +49,7 @@ def _layer_of(module: str) -> str | None:
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
-def test_issue12_item6_imports_only_point_down(layer: str) -> None:
+def test_imports_only_point_down(layer: str) -> None:
     files = sorted((PACKAGE / layer).glob("*.py"))
     assert len(files) >= 3, f"langmem_ext/{layer}/ is missing or nearly empty"
     wrong = [
@@ -61,7 +61,7 @@ def test_issue12_item6_imports_only_point_down(layer: str) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_issue12_item6_the_core_imports_no_graph_runtime_and_no_io_library() -> None:
+def test_the_core_imports_no_graph_runtime_and_no_io_library() -> None:
     wrong = [
         f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
         for path in sorted((PACKAGE / "core").glob("*.py"))
@@ -71,7 +71,7 @@ def test_issue12_item6_the_core_imports_no_graph_runtime_and_no_io_library() -> 
     assert not wrong, "\n".join(wrong)
 
 
-def test_issue12_item6_no_flat_module_is_left_beside_the_layers() -> None:
+def test_no_flat_module_is_left_beside_the_layers() -> None:
     """Top level: the package's entry points only (public API, errors, CLI, test doubles, the
     tiktoken seeder, and ``compat``: the drop-in's documented import path)."""
     top = {p.stem for p in PACKAGE.glob("*.py")}
@@ -86,7 +86,7 @@ def test_issue12_item6_no_flat_module_is_left_beside_the_layers() -> None:
     }
 
 
-def test_issue12_item6_compat_is_the_legacy_integration_under_its_documented_path() -> None:
+def test_compat_is_the_legacy_integration_under_its_documented_path() -> None:
     from langmem_ext import compat
     from langmem_ext.integrations import legacy
 
@@ -95,7 +95,7 @@ def test_issue12_item6_compat_is_the_legacy_integration_under_its_documented_pat
         assert getattr(compat, name) is getattr(legacy, name), name
 
 
-def test_issue12_item6_every_module_imports() -> None:
+def test_every_module_imports() -> None:
     """Every module of the three layers imports (the optional extras are installed in the
     test environment), so a move that left a stale import path fails here."""
     names = [

@@ -1,4 +1,4 @@
-"""Issue 13, long agent turns: one human request, then hundreds of tool rounds.
+"""Long agent turns: one human request, then hundreds of tool rounds.
 
 A coding or research agent gets ONE request and then calls tools for hundreds of rounds. The
 summarizing strategies must fold inside that turn: between whole tool rounds (an AIMessage with
@@ -212,7 +212,7 @@ def build(kind: str, max_tokens: int, **kwargs: Any) -> Any:
 
 
 @pytest.mark.parametrize("kind", list(STRATEGIES))
-def test_issue13_a_300_round_turn_folds_whole_rounds_and_keeps_the_request(kind: str) -> None:
+def test_a_300_round_turn_folds_whole_rounds_and_keeps_the_request(kind: str) -> None:
     """300 rounds after one request at max_tokens=8,000: the summarizer is called; at every
     call nothing is hidden (not_shown == 0), the request leads the view verbatim, the view is
     valid and within budget; batches are whole rounds, each message is read at most once, and
@@ -233,7 +233,7 @@ def test_issue13_a_300_round_turn_folds_whole_rounds_and_keeps_the_request(kind:
     assert {str(m.id) for m in last.history[1:]} <= shown | set(read)
 
 
-def test_issue13_a_call_in_flight_is_never_folded() -> None:
+def test_a_call_in_flight_is_never_folded() -> None:
     """Views asked for mid-round (an AIMessage whose calls have no results yet) as well as
     before every model call: the call in flight is in the view and never given to the
     summarizer, also on a call that folds."""
@@ -253,7 +253,7 @@ def test_issue13_a_call_in_flight_is_never_folded() -> None:
     check_whole_rounds(summarizer)
 
 
-def test_issue13_the_newest_unanswered_call_with_some_results_stays_whole() -> None:
+def test_the_newest_unanswered_call_with_some_results_stays_whole() -> None:
     """A trailing AIMessage with three calls of which one is answered, over the trigger: it and
     its one result are in the view, neither was folded, and the older rounds were."""
     strategy = build("SummaryBuffer", 1_000, max_summary_tokens=100)
@@ -279,7 +279,7 @@ class Clock:
         return self.now
 
 
-def test_issue13_a_failing_summarizer_loses_nothing_and_folding_resumes() -> None:
+def test_a_failing_summarizer_loses_nothing_and_folding_resumes() -> None:
     """The summarizer fails its first three calls, then works. While it fails, every message is
     in the view or counted in ``not_shown`` (nothing is folded, nothing dropped silently); once
     the backoff has passed it folds again, and from then on nothing is hidden."""
@@ -307,7 +307,7 @@ def test_issue13_a_failing_summarizer_loses_nothing_and_folding_resumes() -> Non
     check_whole_rounds(summarizer)
 
 
-def test_issue13_a_request_over_the_budget_is_clipped_with_a_marker() -> None:
+def test_a_request_over_the_budget_is_clipped_with_a_marker() -> None:
     """A 1,500-word request under a 600-token budget (overflow="truncate_summary", the
     default): every view shows it clipped with the marker, first after the system message, and
     the rounds after it are still folded (nothing hidden); the summarizer read it whole, once."""
@@ -333,7 +333,7 @@ def test_issue13_a_request_over_the_budget_is_clipped_with_a_marker() -> None:
     assert len(folded) == 1 and folded[0].content == big.content
 
 
-def test_issue13_a_huge_tool_result_is_clipped_before_the_request() -> None:
+def test_a_huge_tool_result_is_clipped_before_the_request() -> None:
     """The newest round returns a result larger than the whole budget while the request is
     small: the request stays verbatim (DESIGN 2.3: clipped only when it alone is over the
     budget); the result is what gets clipped, with the marker."""
@@ -354,7 +354,7 @@ def test_issue13_a_huge_tool_result_is_clipped_before_the_request() -> None:
     assert str(clipped.content).startswith("row0 row1") and report.clipped
 
 
-def test_issue13_start_on_any_folds_inside_a_long_turn_too() -> None:
+def test_start_on_any_folds_inside_a_long_turn_too() -> None:
     """``start_on="any"`` (a view may start on any unit): a long turn is folded as well, and the
     request stays in every view; nothing is hidden while the summarizer is healthy."""
     strategy = build("SummaryBuffer", 1_000, max_summary_tokens=100, start_on="any")
@@ -366,7 +366,7 @@ def test_issue13_start_on_any_folds_inside_a_long_turn_too() -> None:
     check_whole_rounds(summarizer)
 
 
-def test_issue13_apply_and_aapply_agree_on_a_long_turn() -> None:
+def test_apply_and_aapply_agree_on_a_long_turn() -> None:
     """The sync and async drivers give the same views, states, reports and folded batches at
     every call of a 120-round turn."""
     history = long_turn(120)
@@ -470,9 +470,7 @@ def summary_buffer() -> tuple[SummaryBuffer, ScriptedSummarizer]:
 @pytest.mark.parametrize(
     ("mode", "driver"), [("view", "invoke"), ("rewrite", "invoke"), ("view", "ainvoke")]
 )
-def test_issue13_create_agent_with_200_tool_rounds_folds_inside_the_turn(
-    mode: str, driver: str
-) -> None:
+def test_create_agent_with_200_tool_rounds_folds_inside_the_turn(mode: str, driver: str) -> None:
     """create_agent + MemoryMiddleware(SummaryBuffer) around a model that calls a real tool 200
     times for one request: see :func:`check_agent_run`; rewrite mode keeps the state bounded."""
     strategy, summarizer = summary_buffer()
@@ -500,7 +498,7 @@ def test_issue13_create_agent_with_200_tool_rounds_folds_inside_the_turn(
 
 
 @pytest.mark.parametrize("mode", ["view", "rewrite"])
-def test_issue13_create_react_agent_with_200_tool_rounds_folds_inside_the_turn(mode: str) -> None:
+def test_create_react_agent_with_200_tool_rounds_folds_inside_the_turn(mode: str) -> None:
     """create_react_agent with pre_model_hook=MemoryNode(SummaryBuffer), view and rewrite mode:
     see :func:`check_agent_run`; rewrite mode removes the folded rounds of the current turn from
     the graph state, and the model still gets the request every time."""

@@ -28,7 +28,7 @@ NOTEBOOKS_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 IDS = [str(path.relative_to(ROOT)) for path in NOTEBOOKS]
 
-# All five notebooks of the series (issue 14).
+# All five notebooks of the series.
 EXPECTED = [
     "01_quickstart_langgraph.ipynb",
     "02_compare_strategies.ipynb",

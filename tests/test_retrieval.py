@@ -522,7 +522,7 @@ def test_identical_turns_leaving_together_are_indexed(minilm: Any) -> None:
     assert sorted(i.key for i in stored) == sorted(left)
 
 
-# --- issue 12: one flow, the clock passed in, a frozen config ------------------------------------
+# --- one flow, the clock passed in, a frozen config ---------------------------------------------
 
 
 def _by_hand(strategy: Retrieval, messages: list[BaseMessage], state: Any) -> tuple[Any, list[str]]:
@@ -556,7 +556,7 @@ def _summarizing(store: BaseStore) -> Retrieval:
     return strategy
 
 
-def test_issue12_item1_retrieval_plan_is_one_flow_any_driver_can_run() -> None:
+def test_retrieval_plan_is_one_flow_any_driver_can_run() -> None:
     """``Retrieval._plan`` used to return the inner plan alone (retrieval ran in overridden
     entry points), so a shared driver running it retrieved nothing. It is now the whole flow:
     the inner plan's fold requests pass through, then Retrieval's own I/O requests."""
@@ -576,7 +576,7 @@ def test_issue12_item1_retrieval_plan_is_one_flow_any_driver_can_run() -> None:
     assert {"FoldRequest", "_StoreFlow", "_Together"} <= set(asked)
 
 
-def test_issue12_item1_the_async_driver_and_the_view_run_the_same_flow() -> None:
+def test_the_async_driver_and_the_view_run_the_same_flow() -> None:
     """``aapply`` gives what ``apply`` gives; ``view`` / ``aview`` defer every fold and decline
     every write (nothing is summarized, nothing stored), and notify nobody."""
     history = [*conversation(40), HumanMessage("what is my gym locker code?", id="q")]
@@ -603,7 +603,7 @@ def test_issue12_item1_the_async_driver_and_the_view_run_the_same_flow() -> None
     assert [m.content for m in seen.messages] == [m.content for m in aseen.messages]
 
 
-def test_issue12_item2_index_stamps_come_from_the_strategy_clock() -> None:
+def test_index_stamps_come_from_the_strategy_clock() -> None:
     """``indexed_at`` was read from ``time.time()`` inside the "pure" indexing step; it is the
     ``now`` the driver took from the strategy's clock (by default the inner strategy's)."""
     store = InMemoryStore()
@@ -617,7 +617,7 @@ def test_issue12_item2_index_stamps_come_from_the_strategy_clock() -> None:
     assert wrapped.clock() == 42.0  # one clock per call: the inner plan's and the index's
 
 
-def test_issue12_item3_retrieval_config_is_frozen_validated_and_resolved() -> None:
+def test_retrieval_config_is_frozen_validated_and_resolved() -> None:
     import dataclasses
 
     from langmem_ext.strategies.retrieval import RetrievalConfig
@@ -638,7 +638,7 @@ def test_issue12_item3_retrieval_config_is_frozen_validated_and_resolved() -> No
     assert RetrievalConfig(k=2, source_k=0, candidates=5).max_passages == 0
 
 
-def test_issue12_item3_sources_given_as_a_generator_are_kept() -> None:
+def test_sources_given_as_a_generator_are_kept() -> None:
     """The sources were checked by iterating them and then copied: a generator was used up by
     the check, so its sources were never searched. The config copies first, then checks."""
     good = ListRetriever(docs=["Returns are accepted within 30 days."])

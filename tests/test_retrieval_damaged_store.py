@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pybase64
 import pytest
+from fakes import Concepts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
@@ -29,7 +30,6 @@ from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.core.messages import is_valid
 from langmem_ext.strategies import retrieval as module
 from langmem_ext.strategies.retrieval import RETRIEVED_ID
-from tests.test_issue16_index import Concepts
 
 #: index blocks of 8 turns (the module's 512 would need thousands of turns per example)
 BLOCK = 8

@@ -1,4 +1,4 @@
-"""Issue 12, the pure core: state rules in one place (``langmem_ext/core/_state.py``), the fold
+"""The pure core: state rules in one place (``langmem_ext/core/_state.py``), the fold
 outcome as a closed set, small named phases in ``plan.py`` / ``fold.py``, one ``leads``, shared
 config fields, and the strategies' docstrings."""
 
@@ -63,7 +63,7 @@ class ProviderBusy(RuntimeError):
 # -- the fold outcome: a closed set ---------------------------------------------------------------
 
 
-def test_issue12_fold_outcome_is_a_closed_set() -> None:
+def test_fold_outcome_is_a_closed_set() -> None:
     """Each outcome has its own type and transition; anything else is refused, not guessed at
     (a background fold adopted later would be one more case in ``health_after``)."""
     policy = RetryPolicy(degrade_after=2, retry_initial=2.0, retry_max=300.0)
@@ -82,7 +82,7 @@ def test_issue12_fold_outcome_is_a_closed_set() -> None:
         health_after(MemoryState(), object(), 0.0, policy)  # type: ignore[arg-type]
 
 
-def test_issue12_the_drivers_answer_with_the_outcome_types() -> None:
+def test_the_drivers_answer_with_the_outcome_types() -> None:
     """apply answers Folded / FoldFailed, view answers FoldDeferred: the plan sees which."""
     seen: list[type] = []
 
@@ -123,7 +123,7 @@ def test_issue12_the_drivers_answer_with_the_outcome_types() -> None:
 # -- health: one transition ------------------------------------------------------------------------
 
 
-def test_issue12_health_transition_backs_off_and_honours_retry_after() -> None:
+def test_health_transition_backs_off_and_honours_retry_after() -> None:
     policy = RetryPolicy(degrade_after=3, retry_initial=2.0, retry_max=10.0)
     state = MemoryState()
     waits = []
@@ -140,7 +140,7 @@ def test_issue12_health_transition_backs_off_and_honours_retry_after() -> None:
     assert may_try_fold(MemoryState(), 0.0)
 
 
-def test_issue12_plan_fold_uses_the_health_transition() -> None:
+def test_plan_fold_uses_the_health_transition() -> None:
     """The state a failing SummaryBuffer returns is the one ``health_after`` computes."""
 
     def model(_: object) -> str:
@@ -178,7 +178,7 @@ def _history(rng: random.Random, turns: int, with_ids: bool) -> list[BaseMessage
     return out
 
 
-def test_issue12_rebase_after_removal_matches_the_graph_rewrite() -> None:
+def test_rebase_after_removal_matches_the_graph_rewrite() -> None:
     """``removals_for_rewrite`` (``removal_span`` + ``rebase_after_removal``) gives what
     ``graph.removals`` gives, for every strategy's state, so the surfaces can call the one
     rule."""
@@ -221,7 +221,7 @@ def test_issue12_rebase_after_removal_matches_the_graph_rewrite() -> None:
     assert made["compared"] > 200 and made["removing"] > 20
 
 
-def test_issue12_rebase_moves_every_position_with_the_removed_messages() -> None:
+def test_rebase_moves_every_position_with_the_removed_messages() -> None:
     """The rule by itself: positions move down, the folded part is gone, keys are re-anchored on
     the kept history, an index watermark inside the removed part becomes 0."""
     kept: list[BaseMessage] = [SystemMessage("s", id="s"), HumanMessage("q", id="q")]
@@ -258,7 +258,7 @@ def _functions(path: Path) -> list[tuple[str, int]]:
     ]
 
 
-def test_issue12_no_function_in_the_core_over_80_lines() -> None:
+def test_no_function_in_the_core_over_80_lines() -> None:
     long = [
         (name, path, lines)
         for path in CORE
@@ -268,12 +268,12 @@ def test_issue12_no_function_in_the_core_over_80_lines() -> None:
     assert long == []
 
 
-def test_issue12_leads_is_defined_once() -> None:
+def test_leads_is_defined_once() -> None:
     defined = [path for path in CORE for name, _ in _functions(PACKAGE / path) if name == "leads"]
     assert defined == ["core/plan.py"]
 
 
-def test_issue12_fold_config_shares_the_view_limits_with_cut_config() -> None:
+def test_fold_config_shares_the_view_limits_with_cut_config() -> None:
     shared = {f.name for f in fields(ViewLimits)}
     assert shared == {"reserve_tokens", "safety_margin", "min_messages", "start_on", "keep_system"}
     assert issubclass(CutConfig, ViewLimits) and issubclass(FoldConfig, ViewLimits)
@@ -305,9 +305,9 @@ def test_issue12_fold_config_shares_the_view_limits_with_cut_config() -> None:
                    reserve_tokens=100)  # fmt: skip
 
 
-#: the public constructors' keyword signatures, as they were before the refactor (issue 16
-#: added prefetch_tokens, fold_wait and retry_in_call, at the end, to the summarizing ones)
-#: issue 13 added max_messages / keep_messages (message-count trigger) and on_turn_added
+#: the public constructors' keyword signatures, as they were before the refactor (background
+#: compaction added prefetch_tokens, fold_wait and retry_in_call, at the end, to the summarizing
+#: ones; the message-count trigger added max_messages / keep_messages, and on_turn_added)
 SIGNATURES = {
     "TokenBudget": "(max_tokens: 'int', *, counter: 'CounterLike' = None, safety_margin: 'float' = 0.0, reserve_tokens: 'int' = 0, min_messages: 'int' = 1, target_tokens: 'int | None' = None, start_on: 'StartOn' = 'human', keep_system: 'bool' = True, overflow: 'Overflow' = 'error') -> 'None'",  # noqa: E501
     "SlidingWindow": "(max_messages: 'int' = 20, *, max_tokens: 'int | None' = None, counter: 'CounterLike' = None, min_messages: 'int' = 1, start_on: 'StartOn' = 'human', keep_system: 'bool' = True, overflow: 'Overflow' = 'error') -> 'None'",  # noqa: E501
@@ -319,12 +319,12 @@ SIGNATURES = {
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
-def test_issue12_strategy_signatures_are_unchanged(name: str) -> None:
+def test_strategy_signatures_are_unchanged(name: str) -> None:
     cls = getattr(strategies_module, name)
     assert str(inspect.signature(cls.__init__)).replace("(self, ", "(") == SIGNATURES[name]
 
 
-def test_issue12_strategies_docstrings_are_current_and_shared_args_documented_once() -> None:
+def test_strategies_docstrings_are_current_and_shared_args_documented_once() -> None:
     module_doc = strategies_module.__doc__ or ""
     assert "trimming strategies:" not in module_doc.lower()
     assert "SummaryBuffer" in module_doc and "TokenBudget" in module_doc

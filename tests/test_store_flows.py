@@ -1,4 +1,4 @@
-"""Issue 12, items 1 and 5 for the chat-history surface and the legacy class: each operation is
+"""Flows of the chat-history surface and the legacy class: each operation is
 one flow of I/O steps run by a sync and an async driver (``langmem_ext.integrations._store.run`` /
 ``arun``), and their state lives behind one ``StateStore`` adapter (namespace, serialization,
 sync-only store fallback)."""
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 # --- the StateStore adapter ---------------------------------------------------------------
 
 
-def test_issue12_state_store_round_trips_a_memory_state_under_its_namespace() -> None:
+def test_state_store_round_trips_a_memory_state_under_its_namespace() -> None:
     store = RecordingStore()
     states = _store.StateStore(store, NAMESPACE, "state", decode=_store.memory_state)
     assert states.load() is None
@@ -48,7 +48,7 @@ def test_issue12_state_store_round_trips_a_memory_state_under_its_namespace() ->
     assert states.load() is None and "StateStore(RecordingStore" in repr(states)
 
 
-def test_issue12_state_store_async_falls_back_to_sync_for_a_sync_only_store() -> None:
+def test_state_store_async_falls_back_to_sync_for_a_sync_only_store() -> None:
     from langgraph.store.sqlite import SqliteStore
 
     conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
@@ -71,7 +71,7 @@ def test_issue12_state_store_async_falls_back_to_sync_for_a_sync_only_store() ->
     assert asyncio.run(go()) == MemoryState(seen=2)
 
 
-def test_issue12_state_store_decodes_with_the_given_function() -> None:
+def test_state_store_decodes_with_the_given_function() -> None:
     store = InMemoryStore()
     store.put(NAMESPACE, "history", {"version": 99})
     states = _store.StateStore(store, NAMESPACE, "history", decode=SummaryBufferState.from_dict)
@@ -104,7 +104,7 @@ async def _aupper(text: str) -> str:
     return text.upper()
 
 
-def test_issue12_a_failing_step_is_thrown_back_into_the_flow_by_both_drivers() -> None:
+def test_a_failing_step_is_thrown_back_into_the_flow_by_both_drivers() -> None:
     sync_calls: list[str] = []
     async_calls: list[str] = []
     assert _store.run(_recovering_flow(sync_calls)) == "DONE"
@@ -112,7 +112,7 @@ def test_issue12_a_failing_step_is_thrown_back_into_the_flow_by_both_drivers() -
     assert sync_calls == async_calls == ["caught 'boom'"]
 
 
-def test_issue12_within_holds_its_context_for_exactly_the_sub_flow() -> None:
+def test_within_holds_its_context_for_exactly_the_sub_flow() -> None:
     events: list[str] = []
 
     @contextmanager
@@ -145,7 +145,7 @@ async def _aone() -> int:
     return 1
 
 
-def test_issue12_a_shielded_step_finishes_when_cancelled_then_the_cancellation_propagates() -> None:
+def test_a_shielded_step_finishes_when_cancelled_then_the_cancellation_propagates() -> None:
     done: list[str] = []
 
     async def slow_write() -> None:
@@ -198,7 +198,7 @@ def _history_run(use_async: bool) -> tuple[RecordingStore, list[Any]]:
     return store, asyncio.run(go())
 
 
-def test_issue12_history_sync_and_async_drivers_run_the_same_flow() -> None:
+def test_history_sync_and_async_drivers_run_the_same_flow() -> None:
     sync_store, sync_views = _history_run(use_async=False)
     async_store, async_views = _history_run(use_async=True)
     assert sync_views == async_views
@@ -233,7 +233,7 @@ def _compat_run(use_async: bool) -> tuple[RecordingStore, Any, SummaryBufferStat
     return store, asyncio.run(go()), memory.state
 
 
-def test_issue12_compat_sync_and_async_drivers_run_the_same_flow() -> None:
+def test_compat_sync_and_async_drivers_run_the_same_flow() -> None:
     sync_store, sync_view, sync_state = _compat_run(use_async=False)
     async_store, async_view, async_state = _compat_run(use_async=True)
     assert sync_view == async_view and sync_state == async_state and sync_state.pruned > 0

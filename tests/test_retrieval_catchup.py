@@ -1,4 +1,4 @@
-"""Issue 16: a worker catches up with another worker's new turns by fetching the keys the mark
+"""A worker catches up with another worker's new turns by fetching the keys the mark
 lists (O(turns written)), not by scanning the thread (O(turns stored)); a mark that lists nothing
 (an older writer, or a write of many turns) still makes it scan."""
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 2: tool-round digests, with no model call.
+"""Tool-round digests, with no model call.
 
 Completed tool rounds older than the newest ``keep_rounds`` are shown as one digest message each
 (tool names, arguments, each text clipped to about ``observation_tokens`` with the clip marker),

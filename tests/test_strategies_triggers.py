@@ -1,4 +1,4 @@
-"""Issue 13 items 3-5 and the rewrite rule: the message-count trigger, ``on_turn_added``, the
+"""The message-count trigger, ``on_turn_added``, the
 ``"task"`` summary template, and rewrite mode keeping the pinned request of a long turn."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def long_turn(rounds: int, words: int = 60) -> list[BaseMessage]:
 
 
 @pytest.mark.parametrize("cls", [SummaryBuffer, Compacting, TieredSummary])
-def test_issue13_message_trigger_fires_before_the_token_one_and_says_so(cls: type) -> None:
+def test_message_trigger_fires_before_the_token_one_and_says_so(cls: type) -> None:
     model = SummaryModel()
     memory = cls(100_000, summarizer=model, max_messages=10, keep_messages=6)
     history = chat(4)  # 8 messages after the system one: under both triggers
@@ -43,7 +43,7 @@ def test_issue13_message_trigger_fires_before_the_token_one_and_says_so(cls: typ
     assert unfolded <= 6 and result.report.not_shown == 0
 
 
-def test_issue13_token_trigger_is_reported_as_tokens() -> None:
+def test_token_trigger_is_reported_as_tokens() -> None:
     memory = SummaryBuffer(400, summarizer=SummaryModel(), max_messages=500)
     result = memory.apply(long_turn(40))
     assert result.report.trigger == "tokens" and result.report.folded > 0
@@ -58,19 +58,19 @@ def test_issue13_token_trigger_is_reported_as_tokens() -> None:
         ({"max_messages": 10, "keep_messages": 1}, "min_messages (2) <= keep_messages (1)"),
     ],
 )
-def test_issue13_message_trigger_settings_are_checked_with_their_names(
+def test_message_trigger_settings_are_checked_with_their_names(
     kwargs: dict[str, int], word: str
 ) -> None:
     with pytest.raises(ValueError, match=word.replace("(", r"\(").replace(")", r"\)")):
         SummaryBuffer(1_000, summarizer=SummaryModel(), **kwargs)
 
 
-def test_issue13_keep_messages_defaults_to_half_of_max_messages() -> None:
+def test_keep_messages_defaults_to_half_of_max_messages() -> None:
     memory = SummaryBuffer(1_000, summarizer=SummaryModel(), max_messages=20)
     assert (memory.config.trigger_messages, memory.config.target_messages) == (20, 10)
 
 
-def test_issue13_on_turn_added_gets_each_new_message_once_and_a_raise_is_ignored() -> None:
+def test_on_turn_added_gets_each_new_message_once_and_a_raise_is_ignored() -> None:
     seen: list[str] = []
 
     def added(messages: list[BaseMessage]) -> None:
@@ -88,7 +88,7 @@ def test_issue13_on_turn_added_gets_each_new_message_once_and_a_raise_is_ignored
     assert len(seen) == len(history)
 
 
-async def test_issue13_on_turn_added_async_same_as_sync() -> None:
+async def test_on_turn_added_async_same_as_sync() -> None:
     got: list[list[str]] = [[], []]
     history = long_turn(10)
     for i, driver in enumerate(("apply", "aapply")):
@@ -106,7 +106,7 @@ async def test_issue13_on_turn_added_async_same_as_sync() -> None:
     assert got[0] == got[1] == [str(m.id) for m in history]
 
 
-def test_issue13_task_template_asks_for_agent_progress_and_is_selectable() -> None:
+def test_task_template_asks_for_agent_progress_and_is_selectable() -> None:
     text = TEMPLATES["task"].lower()
     for needle in ("decisions", "files", "results", "failed", "next step"):
         assert needle in text, needle
@@ -118,7 +118,7 @@ def test_issue13_task_template_asks_for_agent_progress_and_is_selectable() -> No
     assert "Keep the progress on the current task" in str(model.prompts[0])
 
 
-def test_issue13_rewrite_removes_folded_rounds_of_the_turn_but_keeps_the_request() -> None:
+def test_rewrite_removes_folded_rounds_of_the_turn_but_keeps_the_request() -> None:
     memory = SummaryBuffer(400, summarizer=SummaryModel())
     history = long_turn(40)
     result = memory.apply(history)

@@ -1,4 +1,4 @@
-"""Issue 14 item 3: the offline extractive summarizer.
+"""The offline extractive summarizer.
 
 It needs no model and no network, answers the same bytes for the same input, keeps the salient
 sentences (numbers, names, decisions, tool calls and results) within the section budget, chains

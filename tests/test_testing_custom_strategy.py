@@ -1,4 +1,4 @@
-"""Issue 14: ``docs/custom_strategy.md``, a strategy of your own checked with the conformance kit.
+"""``docs/custom_strategy.md``, a strategy of your own checked with the conformance kit.
 
 - (a) every ```python block of the page runs, in order, in one namespace, and prints exactly
   what its ``# ...`` lines say; the example strategy on the page is the code of

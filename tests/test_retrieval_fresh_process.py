@@ -1,4 +1,4 @@
-"""Issue 16: the first turn of a fresh process. BM25 keeps what it loads from index blocks as
+"""The first turn of a fresh process. BM25 keeps what it loads from index blocks as
 segments and gathers a term's postings only when a search or a write first touches it; blocks
 carry their vectors as int8 codes (half the bytes of float16), and the rows a search finds are
 read back exact from their turns before they are ranked; blocks are read by key."""
@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fakes import HideBlocks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
@@ -22,7 +23,6 @@ from langgraph.store.memory import InMemoryStore
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.core.ranking import BM25Index, encode_postings
 from langmem_ext.strategies import retrieval
-from tests.test_issue16_blocks import HideBlocks
 
 KEY = MemoryKey("acme", "ann", "fresh")
 

@@ -1,4 +1,4 @@
-"""Issue 14 item 2: replaying a transcript through strategies (engine, specs, prices, output)."""
+"""Replaying a transcript through strategies (engine, specs, prices, output)."""
 
 from __future__ import annotations
 

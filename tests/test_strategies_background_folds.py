@@ -1,4 +1,4 @@
-"""Issue 16, background compaction: ``prefetch_tokens=`` and ``fold_wait=`` of the summarizing
+"""Background compaction: ``prefetch_tokens=`` and ``fold_wait=`` of the summarizing
 strategies (SummaryBuffer, Compacting, TieredSummary), through ``apply`` and ``aapply``, the
 LangGraph node and Retrieval.
 

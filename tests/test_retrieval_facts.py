@@ -1,4 +1,4 @@
-"""Issue 15 item 5: the facts a summarizing strategy writes into its ``facts`` / ``profile``
+"""The facts a summarizing strategy writes into its ``facts`` / ``profile``
 sections are remembered as memory items beside the turns: indexed once, isolated by key, and
 retrieved (as one line) when a later question needs them and the summary no longer shows them."""
 

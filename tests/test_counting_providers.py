@@ -1,4 +1,4 @@
-"""Issue 16, item 3: provider-exact counting.
+"""Provider-exact counting.
 
 ``AnthropicCounter`` against the fake server's ``/v1/messages/count_tokens`` (tests/llm_server.py,
 through the real ``anthropic`` SDK): every message's count is what the endpoint adds for its turn,

@@ -1,8 +1,8 @@
-"""Issue 16: index blocks. Every 512 turns a thread's BM25 postings and stored vectors are written
-as one item (``("langmem_ext", "turn_blocks", ...)``), so a fresh process loads a few large items
-instead of tokenizing and decoding every turn. Blocks are a cache of the turns: a fresh process
-that loads them must rank exactly as one that reads every turn, whatever happened since they
-were written (a numbering reset, a fork, a deleted turn, a damaged block)."""
+"""Index blocks of ``Retrieval``. Every 512 turns a thread's BM25 postings and stored vectors
+are written as one item (``("langmem_ext", "turn_blocks", ...)``), so a fresh process loads a few
+large items instead of tokenizing and decoding every turn. Blocks are a cache of the turns: a fresh
+process that loads them must rank exactly as one that reads every turn, whatever happened since
+they were written (a numbering reset, a fork, a deleted turn, a damaged block)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from fakes import Concepts, HideBlocks
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -20,7 +21,6 @@ from langgraph.store.memory import InMemoryStore
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.strategies import retrieval as module
 from langmem_ext.strategies.retrieval import RETRIEVED_ID
-from tests.test_issue16_index import Concepts
 
 KEY = MemoryKey("acme", "ann", "blocks")  # not the other tests' thread (a shared PG schema)
 TURNS = KEY.namespace("turns")
@@ -62,31 +62,6 @@ class Counting(InMemoryStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return self.batch(ops)
-
-
-class HideBlocks(BaseStore):
-    """The same store with its index blocks hidden: the reference of a fresh process that reads
-    every turn (writes pass through, so nothing else differs)."""
-
-    def __init__(self, inner: BaseStore) -> None:
-        self.inner = inner
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        ops = list(ops)
-        results = self.inner.batch(ops)
-        return [hidden(op, r) for op, r in zip(ops, results, strict=True)]
-
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return self.batch(ops)
-
-
-def hidden(op: Op, result: Result) -> Result:
-    """``result``, or nothing when ``op`` reads the index blocks (by key or by search)."""
-    if isinstance(op, GetOp) and op.namespace[1:2] == ("turn_blocks",):
-        return None
-    if isinstance(op, SearchOp) and op.namespace_prefix[1:2] == ("turn_blocks",):
-        return []
-    return result
 
 
 def chat(first: int, last: int, prefix: str = "", facts: dict[int, str] = FACTS) -> list[Any]:

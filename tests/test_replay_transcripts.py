@@ -1,4 +1,4 @@
-"""Issue 14: transcript loaders for ``langmem-ext replay/compare``.
+"""Transcript loaders for ``langmem-ext replay/compare``.
 
 LangChain (``messages_to_dict`` and ``dumpd``), OpenAI Chat Completions and Anthropic Messages
 files, as one JSON document or JSONL, are detected and parsed into LangChain messages with tool

@@ -1,4 +1,4 @@
-"""``Retrieval(prefetch_embeddings=True)`` (issue 16: embed evicted turns off the critical path):
+"""``Retrieval(prefetch_embeddings=True)`` (embed evicted turns off the critical path):
 after each call the view's oldest messages are embedded in a worker thread; the call whose view
 they leave takes their vectors instead of embedding them. Views, states and stored vectors are
 the same as without it; a failing background embedding only costs the call its own embedding."""

@@ -1,4 +1,4 @@
-"""Issue 14 item 2: ``langmem-ext replay`` / ``compare`` on every transcript format, on
+"""``langmem-ext replay`` / ``compare`` on every transcript format, on
 checkpointer threads (SQLite and PostgreSQL), and one clear line with exit 2 on bad input."""
 
 from __future__ import annotations

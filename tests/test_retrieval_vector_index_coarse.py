@@ -1,9 +1,9 @@
-"""Issue 16: ``VectorIndex``'s coarse regime and bulk loads.
+"""``VectorIndex``'s coarse regime and bulk loads.
 
 Past ``exact_rows`` the index searches inverted lists (k-means over the rows, each row coded as its
 list's mean plus a projected residual) fitted in a background thread; until a fit is ready the
 search stays exact. Checked here against a brute-force float64 reference (from
-``test_issue16_index``): scripts of adds, bulk blocks, replacements, removals and searches with a
+``vector_reference.py``): scripts of adds, bulk blocks, replacements, removals and searches with a
 small ``exact_rows`` and inline fits (every answer well-formed, every score the exact cosine of the
 key's best row, and the very ranking of the reference whenever the coarse pass covers every row);
 recall on clustered data; searches, writes and compaction while a fit is held back; a failing
@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from langmem_ext.core.vectors import VectorIndex
-from tests.test_issue16_index import (
+from vector_reference import (
     _clustered,
     assert_same_ranking,
     reference_scores,
     reference_search,
 )
+
+from langmem_ext.core.vectors import VectorIndex
 
 
 def assert_well_formed(

@@ -1,4 +1,4 @@
-"""Issue 14 item 4: the test doubles and the conformance kit of ``langmem_ext.testing``."""
+"""The test doubles and the conformance kit of ``langmem_ext.testing``."""
 
 from __future__ import annotations
 
