@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pybase64
@@ -157,14 +157,18 @@ class HangingModel(FaultyModel):
         return self._healthy_answer(messages, max_tokens)
 
 
-class CancelIgnoringModel(FaultyModel):
-    """Async: a faulty call swallows every ``CancelledError`` and keeps going until
-    :meth:`clear` (the model of a client that shields its request). Sync calls block like
-    :class:`HangingModel` (a thread cannot be cancelled at all). ``cancels_ignored`` counts the
-    cancellations it swallowed."""
+class _HoldingModel(FaultyModel):
+    """A faulty call holds on until :meth:`clear` or ``_hold()`` seconds, then answers a healthy
+    summary: sync in its thread, async on the loop (swallowing cancellations when
+    ``ignores_cancel``)."""
+
+    ignores_cancel: ClassVar[bool] = False
+
+    def _hold(self) -> float:
+        raise NotImplementedError
 
     def _fault(self, messages: list[BaseMessage], max_tokens: int | None) -> str:
-        self.released.wait(_MAX_HANG)
+        self.released.wait(self._hold())
         return self._healthy_answer(messages, max_tokens)
 
     async def _agenerate(
@@ -176,32 +180,31 @@ class CancelIgnoringModel(FaultyModel):
     ) -> ChatResult:
         limit = kwargs.get("max_tokens", self.max_tokens)
         if self._start():
-            await self._until_released(_MAX_HANG, ignore_cancel=True)
+            await self._until_released(self._hold(), ignore_cancel=self.ignores_cancel)
         return self._result(self._healthy_answer(messages, limit))
 
 
-class SlowModel(FaultyModel):
+class CancelIgnoringModel(_HoldingModel):
+    """Async: a faulty call swallows every ``CancelledError`` and keeps going until
+    :meth:`clear` (the model of a client that shields its request). Sync calls block like
+    :class:`HangingModel` (a thread cannot be cancelled at all). ``cancels_ignored`` counts the
+    cancellations it swallowed."""
+
+    ignores_cancel: ClassVar[bool] = True
+
+    def _hold(self) -> float:
+        return _MAX_HANG
+
+
+class SlowModel(_HoldingModel):
     """Answers a healthy summary, ``delay`` seconds late while faulty (sync: sleeps in its
     thread; async: sleeps on the loop, and honours cancellation). :meth:`clear` cuts a running
     delay short."""
 
     delay: float = 2.0
 
-    def _fault(self, messages: list[BaseMessage], max_tokens: int | None) -> str:
-        self.released.wait(self.delay)
-        return self._healthy_answer(messages, max_tokens)
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        limit = kwargs.get("max_tokens", self.max_tokens)
-        if self._start():
-            await self._until_released(self.delay)
-        return self._result(self._healthy_answer(messages, limit))
+    def _hold(self) -> float:
+        return self.delay
 
 
 #: what :class:`GarbageModel` answers (as seen from small local models: Gemma 3 270M)
