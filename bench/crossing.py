@@ -51,7 +51,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from bench.env import load_average, machine_info
 from langmem_ext import ApproximateCounter, SummaryBuffer
-from langmem_ext.strategies.summarize import Summarizer
+from langmem_ext.summarize.summarizer import Summarizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

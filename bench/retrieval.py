@@ -10,7 +10,7 @@ questions with CRI's message-level ground truth); B. seeded synthetic conversati
 messages with facts planted at depths 10-800 and paraphrased questions. Every question is asked
 after the last message; its evidence is a set of message ids.
 
-A *turn* is what :class:`~langmem_ext.strategies.retrieval.Retrieval` stores: a human message and
+A *turn* is what :class:`~langmem_ext.retrieval.strategy.Retrieval` stores: a human message and
 every message after it up to the next human message, rendered with ``render_turn``; the dense
 index embeds each of its messages (``parts``, max-pooled by the store). A turn is relevant when it
 holds an evidence message.
@@ -23,7 +23,7 @@ chosen").
 
 Sections:
 
-1. **Recall@k** (a reference pipeline on ``langmem_ext.core.ranking`` and an ``InMemoryStore``
+1. **Recall@k** (a reference pipeline on ``langmem_ext.retrieval.bm25`` and an ``InMemoryStore``
    with a MiniLM index, independent of ``Retrieval``): the inner view is ``TokenBudget(budget)``
    with the default context budget held back, exactly as ``Retrieval`` calls it; candidates are
    the evicted turns, each indexed like ``Retrieval`` does (one vector per message); dense = the
@@ -82,7 +82,7 @@ from bench.retrieval_data import (
     planted_conversations,
 )
 from langmem_ext.core.keys import MemoryKey
-from langmem_ext.strategies.retrieval import DENSE_WEIGHT, RRF_K, Retrieval
+from langmem_ext.retrieval.strategy import DENSE_WEIGHT, RRF_K, Retrieval
 
 __all__ = [
     "FULL",
@@ -279,7 +279,7 @@ class Turn:
 def message_parts(messages: Sequence[BaseMessage]) -> tuple[str, ...]:
     """A turn's messages, each rendered alone, distinct and non-empty, as ``Retrieval`` embeds
     them (one vector per message)."""
-    from langmem_ext.strategies.retrieval import render_turn
+    from langmem_ext.retrieval.strategy import render_turn
 
     return tuple(dict.fromkeys(p for p in (render_turn([m]) for m in messages) if p.strip()))
 
@@ -297,7 +297,7 @@ def turn_groups(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
 
 def turns_of(messages: Sequence[BaseMessage]) -> list[Turn]:
     """Retrieval's unit: a human message and what follows it up to the next human message."""
-    from langmem_ext.strategies.retrieval import render_turn
+    from langmem_ext.retrieval.strategy import render_turn
 
     return [
         Turn(i, tuple(str(m.id) for m in group), render_turn(group), message_parts(group))
@@ -359,7 +359,7 @@ def _recall_conversation(
 ) -> list[dict[str, Any]]:
     """One row per question: its evicted relevant turns and what each ranking finds."""
     from langmem_ext import TokenBudget
-    from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion
+    from langmem_ext.retrieval.bm25 import BM25Index, reciprocal_rank_fusion
 
     messages = list(conversation.messages)
     turns = turns_of(messages)
@@ -635,7 +635,7 @@ def _e2e_conversation(
     counter: Any,
     embeddings: CachedEmbeddings,
 ) -> list[dict[str, Any]]:
-    from langmem_ext.strategies.retrieval import RETRIEVED_ID
+    from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
     strategy = _strategy(spec, config, counter, embeddings)
     messages = list(conversation.messages)
@@ -814,7 +814,7 @@ def _latency(
     model: Embeddings,
 ) -> dict[str, Any]:
     """``groups``: distinct real turns (their messages), repeated past the distinct ones."""
-    from langmem_ext.core.ranking import BM25Index, reciprocal_rank_fusion
+    from langmem_ext.retrieval.bm25 import BM25Index, reciprocal_rank_fusion
 
     out: dict[str, Any] = {"sizes": {}}
     timed = embeddings.uncached()  # queries embedded afresh, documents from the cache
@@ -939,7 +939,7 @@ def run_retrieval(
     """Sections 1-5 under ``config``; returns the results (JSON-ready, targets evaluated)."""
     seed_tiktoken()
     from langmem_ext import TiktokenCounter
-    from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+    from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
     started = time.perf_counter()
     load_at_start = load_average()
@@ -1728,7 +1728,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += [
         "## Recall@k over the evicted turns (reference pipeline)",
         "",
-        f"`langmem_ext.core.ranking` + `InMemoryStore` with the MiniLM index, independent of "
+        f"`langmem_ext.retrieval.bm25` + `InMemoryStore` with the MiniLM index, independent of "
         f"`Retrieval`; candidates = the turns outside `TokenBudget({budget:,})` with "
         f"{context:,} held back (Retrieval's default), each indexed as `Retrieval` indexes it "
         f"(one vector per message, max-pooled); each ranking {cfg['candidates']} deep before "

@@ -54,7 +54,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langmem_ext.core.ranking import tokenize
+from langmem_ext.retrieval.bm25 import tokenize
 
 __all__ = [
     "CRI_DATASET",

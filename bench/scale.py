@@ -286,8 +286,8 @@ def _timing(probe: _Probe, targets: Sequence[_Target]) -> Iterator[None]:
 
 
 def _search_targets() -> list[_Target]:
-    from langmem_ext.core.ranking import BM25Index
-    from langmem_ext.core.vectors import VectorIndex
+    from langmem_ext.retrieval.bm25 import BM25Index
+    from langmem_ext.retrieval.vectors import VectorIndex
 
     return [
         ("vector_search", VectorIndex, "search", False),
@@ -298,19 +298,19 @@ def _search_targets() -> list[_Target]:
 def _vectors_reader() -> tuple[Any, str]:
     """Retrieval's module and the name of its reader of a turn's stored vectors
     (``stored_vectors``; ``_decode_vectors`` before it was made public)."""
-    from langmem_ext.strategies import retrieval as module
+    from langmem_ext.retrieval import strategy as module
 
     for name in ("stored_vectors", "_decode_vectors"):
         if callable(getattr(module, name, None)):
             return module, name
-    raise RuntimeError("langmem_ext.strategies.retrieval has no reader of stored vectors")
+    raise RuntimeError("langmem_ext.retrieval.strategy has no reader of stored vectors")
 
 
 def _load_targets() -> list[_Target]:
     """The inserts of a load or an indexing: ``add`` and (where the class has it) the bulk
     ``add_many``, counted per turn either way; and the decoding of stored vectors."""
-    from langmem_ext.core.ranking import BM25Index
-    from langmem_ext.core.vectors import VectorIndex
+    from langmem_ext.retrieval.bm25 import BM25Index
+    from langmem_ext.retrieval.vectors import VectorIndex
 
     module, reader = _vectors_reader()
     targets: list[_Target] = [("decode_vectors", module, reader, False)]
@@ -393,7 +393,7 @@ def _retrieval(
     prefetch: bool = False,
 ) -> Any:
     from langmem_ext import TokenBudget
-    from langmem_ext.strategies.retrieval import Retrieval
+    from langmem_ext.retrieval.strategy import Retrieval
 
     return Retrieval(
         TokenBudget(budget, counter=counter),
@@ -568,7 +568,7 @@ def _recall(cell: _Cell, config: ScaleBenchConfig) -> dict[str, Any]:
     """The index Retrieval searched against an exact twin over the same stored vectors."""
     import numpy as np
 
-    from langmem_ext.core.vectors import VectorIndex
+    from langmem_ext.retrieval.vectors import VectorIndex
 
     index = cell.probe.seen.get("vector_search")
     if index is None or not cell.vectors:
@@ -856,7 +856,7 @@ def restart_worker(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     seed_tiktoken()
     from langmem_ext import MemoryState, TiktokenCounter, TokenBudget
-    from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+    from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
     out: dict[str, Any] = {}
     started = time.perf_counter()
@@ -1014,7 +1014,7 @@ def run_scale(
     """Sections 1-4 under ``config``; returns the results (JSON-ready, goals evaluated)."""
     seed_tiktoken()
     from langmem_ext import TiktokenCounter
-    from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+    from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
     started = time.perf_counter()
     load_at_start = load_average()

@@ -17,7 +17,7 @@ from langmem_ext.core.tokens import (
     TokenCounter,
     as_counter,
 )
-from langmem_ext.core.vectors import VectorIndex
+from langmem_ext.counting.providers import AnthropicCounter, CalibratedCounter
 from langmem_ext.errors import (
     ContextOverflowError,
     GraphSchemaError,
@@ -39,9 +39,9 @@ from langmem_ext.integrations.graph import (
     MemoryNode,
 )
 from langmem_ext.integrations.history import ManagedChatMessageHistory
-from langmem_ext.integrations.provider_counts import AnthropicCounter, CalibratedCounter
+from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
+from langmem_ext.retrieval.vectors import VectorIndex
 from langmem_ext.strategies.engine import Strategy
-from langmem_ext.strategies.extractive import ExtractiveSummarizer
 from langmem_ext.strategies.presets import (
     Compacting,
     SlidingWindow,
@@ -50,10 +50,10 @@ from langmem_ext.strategies.presets import (
     TokenBudget,
     ToolDigest,
 )
-from langmem_ext.strategies.retrieval import Retrieval, RetrievalConfig
-from langmem_ext.strategies.summarize import Summarizer
-from langmem_ext.strategies.summary_checks import DEFAULT_CHECKS as DEFAULT_SUMMARY_CHECKS
-from langmem_ext.strategies.summary_checks import SummaryCheck, SummaryContext
+from langmem_ext.summarize.checks import DEFAULT_CHECKS as DEFAULT_SUMMARY_CHECKS
+from langmem_ext.summarize.checks import SummaryCheck, SummaryContext
+from langmem_ext.summarize.extractive import ExtractiveSummarizer
+from langmem_ext.summarize.summarizer import Summarizer
 
 __version__ = "0.1.0"
 
@@ -128,7 +128,7 @@ def __getattr__(name: str) -> object:
         return MemoryMiddleware
     if name == "LocalMiniLMEmbeddings":
         # needs the optional `embeddings` extra (onnxruntime, tokenizers): imported when asked for
-        from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+        from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
         return LocalMiniLMEmbeddings
     raise AttributeError(f"module 'langmem_ext' has no attribute {name!r}")

@@ -236,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(sub)
     sub.add_parser(
         "seed-tiktoken",
-        help="seed tiktoken's cache for use behind a firewall (see langmem_ext.tiktoken_seed)",
+        help="seed tiktoken's cache for use behind a firewall (see langmem_ext.counting.seeding)",
         add_help=False,
     )
     return parser
@@ -261,8 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (2: a usage or configuration error)."""
     _tolerant_output()
     args, rest = _parser().parse_known_args(argv)  # exits 2 with the flag's range on a bad value
-    if args.command == "seed-tiktoken":  # its own parser: langmem_ext.tiktoken_seed
-        from langmem_ext.tiktoken_seed import main as seed_main
+    if args.command == "seed-tiktoken":  # its own parser: langmem_ext.counting.seeding
+        from langmem_ext.counting.seeding import main as seed_main
 
         return seed_main(rest, prog=f"{PROG} seed-tiktoken")
     if rest:

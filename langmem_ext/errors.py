@@ -21,7 +21,7 @@ from the builtin a caller would naturally catch, so ``except ValueError`` keeps 
     └── EmbeddingModelNotFoundError (FileNotFoundError) its model files are nowhere to be found
 
 The modules that raise them re-export them under their old names (``langmem_ext.core.keys.
-MissingKeyError``, ``langmem_ext.strategies.summarize.SummarizerError`` ...), so existing imports
+MissingKeyError``, ``langmem_ext.summarize.summarizer.SummarizerError`` ...), so existing imports
 keep working; ``from langmem_ext import ...`` is the public way.
 """
 

@@ -10,9 +10,9 @@ Test doubles and a conformance kit for strategies (the package's own or your ``S
 subclasses):
 
 * :class:`FakeSummaryModel`: a deterministic offline chat model for ``summarizer=`` (an
-  :class:`~langmem_ext.strategies.extractive.ExtractiveSummarizer` that never answers empty and
+  :class:`~langmem_ext.summarize.extractive.ExtractiveSummarizer` that never answers empty and
   counts its calls).
-* :class:`RecordingSummarizer`: a :class:`~langmem_ext.strategies.summarize.Summarizer` that
+* :class:`RecordingSummarizer`: a :class:`~langmem_ext.summarize.summarizer.Summarizer` that
   records the messages of every successful fold (``batches``), to assert that each message was
   summarized exactly once.
 * :class:`MockStrategy`: a ``Strategy`` that records every call (:class:`MockCall`) and returns
@@ -41,8 +41,8 @@ from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import CounterLike, as_counter
 from langmem_ext.strategies.engine import Plan, Strategy, finished
-from langmem_ext.strategies.extractive import ExtractiveSummarizer
-from langmem_ext.strategies.summarize import ModelLike, Summarizer
+from langmem_ext.summarize.extractive import ExtractiveSummarizer
+from langmem_ext.summarize.summarizer import ModelLike, Summarizer
 
 __all__ = [
     "FakeSummaryModel",
@@ -213,7 +213,7 @@ class FakeSummaryModel(ExtractiveSummarizer):
 
 
 class RecordingSummarizer(Summarizer):
-    """A :class:`~langmem_ext.strategies.summarize.Summarizer` that records what it folded.
+    """A :class:`~langmem_ext.summarize.summarizer.Summarizer` that records what it folded.
 
     Every successful ``fold``/``afold`` appends the messages it was given to ``batches`` (a
     failed fold records nothing: the strategy keeps those messages and folds them later).

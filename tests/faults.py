@@ -15,7 +15,7 @@ values that were damaged, and one check of a call's result under a fault.
 * Damaged stored values: :func:`junk_json` (arbitrary JSON plus what JSON cannot say: NaN,
   infinities, huge ints, wrong types) and :func:`damages` (one field of a stored value replaced,
   deleted or given foreign vector dims), over the turn, index block, mark and tail items of
-  :class:`~langmem_ext.strategies.retrieval.Retrieval`.
+  :class:`~langmem_ext.retrieval.strategy.Retrieval`.
 * :func:`assert_step_ok`: the package's per-call invariants (the conformance kit's own check,
   :func:`langmem_ext.testing.check_strategy`'s ``_check_call``) plus no text of another key in
   the view; :func:`run_bounded`: a watchdog, so a hang fails the test instead of blocking CI.

@@ -70,7 +70,7 @@ from langmem_ext import (
     SummaryBuffer,
     TieredSummary,
 )
-from langmem_ext.strategies.summarize import TEMPLATES
+from langmem_ext.summarize.summarizer import TEMPLATES
 
 MAX_TURNS = 40
 

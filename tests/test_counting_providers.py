@@ -56,7 +56,7 @@ from langmem_ext import (
     TokenBudget,
     as_counter,
 )
-from langmem_ext.integrations.provider_counts import (
+from langmem_ext.counting.providers import (
     AnthropicCounter,
     CalibratedCounter,
     Correction,

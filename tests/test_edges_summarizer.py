@@ -18,13 +18,15 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 import langmem_ext
 from langmem_ext import errors
-from langmem_ext.core import _text, _transcript, keys, messages, tokens
-from langmem_ext.core._text import clip_text, last_fitting, longest_prefix_within
+from langmem_ext.core import keys, messages, tokens
+from langmem_ext.core import text as _text
+from langmem_ext.core import transcript as _transcript
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import CLIP_MARKER, clip_chars, clip_marker, clip_message
+from langmem_ext.core.text import clip_text, last_fitting, longest_prefix_within
 from langmem_ext.core.tokens import ApproximateCounter, CachedCounter, TokenCounter, as_counter
-from langmem_ext.strategies import summarize
-from langmem_ext.strategies.summarize import Summarizer, SummarizerError
+from langmem_ext.summarize import summarizer as summarize
+from langmem_ext.summarize.summarizer import Summarizer, SummarizerError
 
 PACKAGE = Path(langmem_ext.__file__).parent
 

@@ -34,7 +34,7 @@ for _module in ("numpy", "onnxruntime", "tokenizers"):
 
 import numpy as np  # noqa: E402
 
-from langmem_ext.strategies.embeddings import (  # noqa: E402
+from langmem_ext.retrieval.embeddings import (  # noqa: E402
     MINILM_DIMENSIONS,
     EmbeddingDependencyError,
     EmbeddingModelNotFoundError,
@@ -204,7 +204,7 @@ def test_missing_tokenizer_file_is_a_clear_error_at_construction(tmp_path: Path)
 
 
 def test_missing_model_package_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    from langmem_ext.strategies import embeddings as module
+    from langmem_ext.retrieval import embeddings as module
 
     monkeypatch.setattr(module, "_MODEL_SOURCES", (("no_such_model_package_xyz", "model.onnx"),))
     with pytest.raises(EmbeddingModelNotFoundError) as info:
@@ -235,7 +235,7 @@ def test_a_runtime_package_that_breaks_after_construction_names_the_extra(
 def test_a_gzip_tokenizer_path_is_read_like_the_bundled_one(
     tmp_path: Path, embeddings: LocalMiniLMEmbeddings
 ) -> None:
-    from langmem_ext.strategies.embeddings import _bundled
+    from langmem_ext.retrieval.embeddings import _bundled
 
     plain = tmp_path / "tokenizer.json"
     plain.write_bytes(gzip.decompress(_bundled().read_bytes()))

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
 TEXTS = [
     "I adopted a grey cat named Pixel last spring.",

@@ -101,7 +101,7 @@ def _seed_command(how: str, tmp_path: Path) -> list[str]:
         return [sys.executable, str(ROOT / "scripts" / "seed_tiktoken.py")]
     copied = tmp_path / "copied" / "tiktoken_seed.py"
     copied.parent.mkdir(exist_ok=True)
-    shutil.copy(ROOT / "langmem_ext" / "tiktoken_seed.py", copied)
+    shutil.copy(ROOT / "langmem_ext" / "counting" / "seeding.py", copied)
     return [sys.executable, str(copied)]
 
 

@@ -66,7 +66,7 @@ from langmem_ext import (
 )
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.strategies import retrieval as retrieval_module
+from langmem_ext.retrieval import strategy as retrieval_module
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.testing import agent_loop
 

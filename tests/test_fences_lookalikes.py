@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langmem_ext.core._fences import FENCE_TAGS, neutralize
+from langmem_ext.core.fences import FENCE_TAGS, neutralize
 
 #: a fence tag as a model reads it once the text is NFKC-normalized and format characters are gone
 ASCII_TAG = re.compile(r"<\s*/?\s*(?:" + "|".join(FENCE_TAGS) + r")\b", re.IGNORECASE)

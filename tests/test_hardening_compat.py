@@ -94,7 +94,7 @@ def test_compat_watermark_is_position_safe_and_reads_version_1_states() -> None:
     from compat_worker import make_model
 
     from langmem_ext.compat import ConversationSummaryBufferMemory
-    from langmem_ext.core._identity import key_at, stable_key
+    from langmem_ext.core.identity import key_at, stable_key
 
     store, key = InMemoryStore(), key_for("compat-v1")
     memory = ConversationSummaryBufferMemory(

@@ -55,8 +55,8 @@ from langmem_ext import (
     split_units,
     validate,
 )
-from langmem_ext.core._identity import key_at
 from langmem_ext.core.digest import DIGEST_ID_PREFIX, is_digest
+from langmem_ext.core.identity import key_at
 from langmem_ext.strategies.engine import Strategy
 
 REPEATED = ("continue", "Sure.", "ok", "go on", "Sure.")

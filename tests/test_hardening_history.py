@@ -549,7 +549,7 @@ def test_history_prunes_repeated_id_less_texts_without_loss(use_async: bool) -> 
 def test_rebased_state_is_anchored_to_the_shorter_history() -> None:
     """After pruning an id-less history, the stored ``seen_key``/``cut_key`` are the keys of
     the pruned history, so the next write extends it instead of recounting it as rewritten."""
-    from langmem_ext.core._identity import key_at
+    from langmem_ext.core.identity import key_at
 
     backing = InMemoryChatMessageHistory()
     backing.add_messages(_repeated_script(30))

@@ -21,9 +21,9 @@ from langmem_ext import (
     TiktokenCounter,
     TokenBudget,
 )
-from langmem_ext.core._fences import neutralize
-from langmem_ext.core._identity import KeyChain, key_at, keys_between, stable_key
+from langmem_ext.core.fences import neutralize
 from langmem_ext.core.fold import render_summary
+from langmem_ext.core.identity import KeyChain, key_at, keys_between, stable_key
 
 
 def tag(message: BaseMessage, n: int) -> BaseMessage:

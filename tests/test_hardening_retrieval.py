@@ -43,7 +43,7 @@ from langmem_ext import (
     SummaryBuffer,
     TokenBudget,
 )
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4

@@ -38,8 +38,8 @@ from test_wire import (
 )
 
 from langmem_ext import Summarizer, SummarizerError
-from langmem_ext.core._fences import FENCE_TAGS
-from langmem_ext.strategies.summarize import (
+from langmem_ext.core.fences import FENCE_TAGS
+from langmem_ext.summarize.summarizer import (
     DEFAULT_TIMEOUT,
     _without_sdk_retries,
     is_context_overflow,

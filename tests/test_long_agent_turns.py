@@ -51,8 +51,8 @@ from langmem_ext import (
     split_units,
     validate,
 )
-from langmem_ext.core._identity import key_at
 from langmem_ext.core.digest import DIGEST_ID_PREFIX, is_digest
+from langmem_ext.core.identity import key_at
 
 # --------------------------------------------------------------------------------------------
 # a long agent turn, built by hand: one request, then tool rounds (1-3 parallel calls)

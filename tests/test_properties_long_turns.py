@@ -62,8 +62,8 @@ from langmem_ext import (
     split_units,
     validate,
 )
-from langmem_ext.core._identity import key_at
 from langmem_ext.core.digest import DIGEST_ID_PREFIX, digest_text, is_digest
+from langmem_ext.core.identity import key_at
 
 #: per-call result sizes in characters, one drawn per result: mostly small, some long, and
 #: one in 16 "huge" (6,000 characters: over most of the budgets drawn here)

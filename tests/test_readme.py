@@ -142,7 +142,7 @@ def test_tiktoken_offline_is_documented_for_users() -> None:
     assert "langmem-ext seed-tiktoken ~/.cache/tiktoken" in text
     assert "export TIKTOKEN_CACHE_DIR=" in text and "sha1 of the download URL" in text
     assert (README.parent / "scripts" / "seed_tiktoken.py").is_file()
-    assert (README.parent / "langmem_ext" / "tiktoken_seed.py").is_file()
+    assert (README.parent / "langmem_ext" / "counting" / "seeding.py").is_file()
 
 
 def test_retrieval_budgets_have_two_names_and_keys_are_explicit() -> None:

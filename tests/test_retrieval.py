@@ -28,7 +28,7 @@ from langmem_ext import (
     TokenBudget,
     validate,
 )
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 COUNTER = ApproximateCounter()
 #: an explicit memory key: Retrieval refuses a defaulted one (it would share memory)
@@ -39,7 +39,7 @@ FILLER = "we talked about the weather, the sea and the boats in the harbour " * 
 def embeddings() -> Any:
     """The real local model when the embeddings extra is installed (always in CI)."""
     try:
-        from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+        from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
         model = LocalMiniLMEmbeddings()
         model.load()
@@ -211,7 +211,7 @@ def test_neighbours_only_fill_what_the_results_leave() -> None:
 def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
     """Textbook RRF (k=60, equal weights) lets a turn that is middling in both rankings beat
     the dense ranking's clear first place; the defaults (k=5, dense weight 2) do not."""
-    from langmem_ext.strategies.retrieval import _Candidate
+    from langmem_ext.retrieval.strategy import _Candidate
 
     def turns(*uids: str) -> list[_Candidate]:
         return [_Candidate(uid=u, text=u, kind="turn", seq=i, ids=(u,)) for i, u in enumerate(uids)]
@@ -225,7 +225,7 @@ def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
 
 
 def test_turns_in_the_view_do_not_take_a_rank_in_the_fusion() -> None:
-    from langmem_ext.strategies.retrieval import _Candidate
+    from langmem_ext.retrieval.strategy import _Candidate
 
     dense = [
         _Candidate(uid="v", text="v", kind="turn", seq=0, ids=("v1",)),
@@ -528,9 +528,9 @@ def test_identical_turns_leaving_together_are_indexed(minilm: Any) -> None:
 def _by_hand(strategy: Retrieval, messages: list[BaseMessage], state: Any) -> tuple[Any, list[str]]:
     """A driver that knows nothing of Retrieval: fold requests go to the summarizer, any other
     request runs itself (what the engine's drivers do once they take I/O requests)."""
-    from langmem_ext.core._state import Folded
     from langmem_ext.core.fold import FoldRequest
-    from langmem_ext.strategies.retrieval import IoRequest
+    from langmem_ext.core.transitions import Folded
+    from langmem_ext.retrieval.strategy import IoRequest
 
     plan = strategy._plan(messages, MemoryState.coerce(state), strategy.clock(), 0, key=KEY)
     asked: list[str] = []
@@ -620,7 +620,7 @@ def test_index_stamps_come_from_the_strategy_clock() -> None:
 def test_retrieval_config_is_frozen_validated_and_resolved() -> None:
     import dataclasses
 
-    from langmem_ext.strategies.retrieval import RetrievalConfig
+    from langmem_ext.retrieval.strategy import RetrievalConfig
 
     good = ListRetriever(docs=["Returns are accepted within 30 days."])
     strategy = Retrieval(

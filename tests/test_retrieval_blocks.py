@@ -19,8 +19,8 @@ from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, Sear
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
-from langmem_ext.strategies import retrieval as module
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
+from langmem_ext.retrieval import strategy as module
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 KEY = MemoryKey("acme", "ann", "blocks")  # not the other tests' thread (a shared PG schema)
 TURNS = KEY.namespace("turns")
@@ -500,7 +500,7 @@ WORDS = ["oslo", "rome", "ship", "invoice", "dog", "the", "a", "Biscuit", "4471"
 def test_bm25_loaded_from_postings_ranks_as_one_built_from_texts(
     docs: list[tuple[int, list[str]]], query: list[str], replaced: int
 ) -> None:
-    from langmem_ext.core.ranking import BM25Index, encode_postings
+    from langmem_ext.retrieval.bm25 import BM25Index, encode_postings
 
     keys = [f"k{n}" for n, _ in docs]
     texts = [" ".join(words) for _, words in docs]
@@ -517,7 +517,7 @@ def test_bm25_loaded_from_postings_ranks_as_one_built_from_texts(
 
 
 def test_bm25_postings_that_do_not_fit_their_keys_are_refused() -> None:
-    from langmem_ext.core.ranking import BM25Index, encode_postings
+    from langmem_ext.retrieval.bm25 import BM25Index, encode_postings
 
     with pytest.raises(ValueError, match=r"postings of 2 documents .* for 3 keys"):
         BM25Index().add_postings(["a", "b", "c"], encode_postings(["x", "y"]))
@@ -543,7 +543,7 @@ def test_strict_base64_decodes_what_was_encoded_and_nothing_else(
 def test_vector_index_reserve_keeps_results_and_refuses_bad_sizes() -> None:
     import numpy as np
 
-    from langmem_ext.core.vectors import VectorIndex
+    from langmem_ext.retrieval.vectors import VectorIndex
 
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(50, 8)).astype(np.float16)

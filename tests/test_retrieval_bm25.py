@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langmem_ext.core.ranking import BM25Index, tokenize
+from langmem_ext.retrieval.bm25 import BM25Index, tokenize
 
 KEYS = [f"k{i:02}" for i in range(12)]
 
@@ -20,7 +20,7 @@ KEYS = [f"k{i:02}" for i in range(12)]
 
 
 class PurePythonBM25:
-    """langmem_ext/core/ranking.py's BM25Index before the numpy postings (minimal copy)."""
+    """langmem_ext/retrieval/bm25.py's BM25Index before the numpy postings (minimal copy)."""
 
     def __init__(self, *, k1: float = 1.2, b: float = 0.75) -> None:
         self.k1, self.b = k1, b

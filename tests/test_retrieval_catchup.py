@@ -12,7 +12,7 @@ from langgraph.store.base import GetOp, Op, PutOp, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 ANN = MemoryKey("acme", "ann", "t1")
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4

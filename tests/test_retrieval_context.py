@@ -19,7 +19,7 @@ from langchain_core.retrievers import BaseRetriever
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import ApproximateCounter, MemoryKey, Retrieval, TokenBudget, validate
-from langmem_ext.strategies.retrieval import (
+from langmem_ext.retrieval.strategy import (
     RETRIEVED_ID,
     _compact,
     _distinct_texts,

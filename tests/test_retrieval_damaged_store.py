@@ -28,8 +28,8 @@ from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.core.messages import is_valid
-from langmem_ext.strategies import retrieval as module
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
+from langmem_ext.retrieval import strategy as module
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 #: index blocks of 8 turns (the module's 512 would need thousands of turns per example)
 BLOCK = 8

@@ -22,7 +22,7 @@ from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, MemoryState, Retrieval, TokenBudget
-from langmem_ext.strategies.retrieval import RETRIEVED_ID, _StoreFlow, stored_vectors
+from langmem_ext.retrieval.strategy import RETRIEVED_ID, _StoreFlow, stored_vectors
 
 KEY = MemoryKey("acme", "ann", "chat")
 TURNS = KEY.namespace("turns")

@@ -14,8 +14,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, SummaryBuffer
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
-from langmem_ext.strategies.summarize import Summarizer
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
+from langmem_ext.summarize.summarizer import Summarizer
 
 ANN = MemoryKey("acme", "ann", "t1")
 BOB = MemoryKey("acme", "bob", "t1")
@@ -52,7 +52,7 @@ class Scripted(Summarizer):
 
 def minilm() -> Any:
     try:
-        from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+        from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
         model = LocalMiniLMEmbeddings()
         model.load()

@@ -21,8 +21,8 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
-from langmem_ext.core.ranking import BM25Index, encode_postings
-from langmem_ext.strategies import retrieval
+from langmem_ext.retrieval import strategy as retrieval
+from langmem_ext.retrieval.bm25 import BM25Index, encode_postings
 
 KEY = MemoryKey("acme", "ann", "fresh")
 
@@ -217,7 +217,7 @@ def test_a_merge_in_the_background_is_swapped_in_and_waited_for() -> None:
 
 
 def test_vector_index_takes_int8_codes_in_parts_and_refines_them_in_place() -> None:
-    from langmem_ext.core.vectors import VectorIndex
+    from langmem_ext.retrieval.vectors import VectorIndex
 
     rng = np.random.default_rng(3)
     exact = rng.normal(size=(40, 16)).astype(np.float16)
@@ -242,7 +242,7 @@ def test_vector_index_takes_int8_codes_in_parts_and_refines_them_in_place() -> N
 
 
 def test_reserve_with_prefault_is_waited_for_by_the_next_write() -> None:
-    from langmem_ext.core.vectors import VectorIndex
+    from langmem_ext.retrieval.vectors import VectorIndex
 
     index = VectorIndex()
     index.reserve(50_000, 32, prefault=50_000)

@@ -13,7 +13,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.core.keys import MissingKeyError
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 FILLER = "we talked about the weather, the sea and the boats in the harbour"
 

@@ -19,7 +19,7 @@ from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
 from langmem_ext import MemoryKey, Retrieval, TiktokenCounter, TokenBudget
-from langmem_ext.strategies.retrieval import stored_vectors
+from langmem_ext.retrieval.strategy import stored_vectors
 
 KEY = MemoryKey("acme", "ann", "prefetch")
 WORDS = "harbour boats lanterns ferry captain Porto locker tide anchor gull rope sail".split()

@@ -22,8 +22,8 @@ from langgraph.store.base import BaseStore, Op, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, MemoryState, Retrieval, TokenBudget
-from langmem_ext.strategies import retrieval as module
-from langmem_ext.strategies.retrieval import RETRIEVED_ID
+from langmem_ext.retrieval import strategy as module
+from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 KEY = MemoryKey("acme", "sam", "stale-index")
 TURNS = KEY.namespace("turns")

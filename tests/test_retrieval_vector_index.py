@@ -1,4 +1,4 @@
-"""``VectorIndex`` (langmem_ext/core/vectors.py) against a brute-force float64 reference
+"""``VectorIndex`` (langmem_ext/retrieval/vectors.py) against a brute-force float64 reference
 (``vector_reference.py``), in its exact regime (same keys, same order, ties by key) and its
 approximate one (recall of the exact neighbours on clustered data, exact cosines), through
 compaction and from several threads."""
@@ -21,7 +21,7 @@ from vector_reference import (
     reference_search,
 )
 
-from langmem_ext.core.vectors import VectorIndex
+from langmem_ext.retrieval.vectors import VectorIndex
 
 KEYS = [f"k{i:02}" for i in range(12)]
 

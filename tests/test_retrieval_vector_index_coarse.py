@@ -28,7 +28,7 @@ from vector_reference import (
     reference_search,
 )
 
-from langmem_ext.core.vectors import VectorIndex
+from langmem_ext.retrieval.vectors import VectorIndex
 
 
 def assert_well_formed(

@@ -17,14 +17,14 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langmem_ext import ApproximateCounter, SummaryBuffer, TokenBudget
-from langmem_ext.core._state import (
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.transitions import (
     FoldFailed,
     RetryPolicy,
     health_after,
     may_try_fold,
     within_backoff,
 )
-from langmem_ext.core.state import MemoryState
 
 POLICY = RetryPolicy(degrade_after=3, retry_initial=2.0, retry_max=60.0)
 

@@ -1,4 +1,4 @@
-"""The pure core: state rules in one place (``langmem_ext/core/_state.py``), the fold
+"""The pure core: state rules in one place (``langmem_ext/core/transitions.py``), the fold
 outcome as a closed set, small named phases in ``plan.py`` / ``fold.py``, one ``leads``, shared
 config fields, and the strategies' docstrings."""
 
@@ -23,7 +23,9 @@ from langmem_ext import (
     TieredSummary,
     TokenBudget,
 )
-from langmem_ext.core._state import (
+from langmem_ext.core.fold import FoldConfig
+from langmem_ext.core.plan import CutConfig, ViewLimits
+from langmem_ext.core.transitions import (
     FoldDeferred,
     Folded,
     FoldFailed,
@@ -34,8 +36,6 @@ from langmem_ext.core._state import (
     removal_span,
     removals_for_rewrite,
 )
-from langmem_ext.core.fold import FoldConfig
-from langmem_ext.core.plan import CutConfig, ViewLimits
 from langmem_ext.integrations.graph import removals
 from langmem_ext.strategies import presets as strategies_module
 from langmem_ext.strategies.engine import Strategy

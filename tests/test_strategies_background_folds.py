@@ -98,8 +98,8 @@ from langmem_ext import (
     TieredSummary,
     ToolDigest,
 )
-from langmem_ext.core._state import FoldDeferred, Folded, FoldFailed, FoldOutcome
 from langmem_ext.core.fold import FoldRequest
+from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldOutcome
 from langmem_ext.strategies.engine import Strategy, _jobs_of
 
 COUNTER = ApproximateCounter()

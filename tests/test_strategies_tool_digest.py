@@ -291,7 +291,7 @@ def test_tiered_never_clips_a_long_pinned_request() -> None:
 def test_tiered_digest_point_moves_with_a_rewrite_removal() -> None:
     """Rewrite mode (the surfaces remove folded messages): the digest point moves down with the
     removed messages, so the next call sees the same digests."""
-    from langmem_ext.core._state import removals_for_rewrite
+    from langmem_ext.core.transitions import removals_for_rewrite
 
     strategy, _ = tiered(3_000)
     history = long_turn(120)

@@ -8,8 +8,8 @@ from fakes import SummaryModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langmem_ext import Compacting, Summarizer, SummaryBuffer, TieredSummary
-from langmem_ext.core._state import removals_for_rewrite
-from langmem_ext.strategies.summarize import TEMPLATES
+from langmem_ext.core.transitions import removals_for_rewrite
+from langmem_ext.summarize.summarizer import TEMPLATES
 
 
 def chat(n: int) -> list[BaseMessage]:

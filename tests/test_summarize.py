@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from langmem_ext import ApproximateCounter, Summarizer, SummarizerError
-from langmem_ext.strategies.summarize import is_transient, render_transcript
+from langmem_ext.summarize.summarizer import is_transient, render_transcript
 
 
 def transcript(prompt: list[BaseMessage]) -> str:

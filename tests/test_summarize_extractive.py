@@ -25,13 +25,13 @@ from langchain_core.messages import (
 )
 
 from langmem_ext.core.tokens import ApproximateCounter, CallableCounter, TokenCounter
-from langmem_ext.strategies.extractive import (
+from langmem_ext.strategies.presets import SummaryBuffer
+from langmem_ext.summarize.extractive import (
     NOTHING,
     ExtractiveSummarizer,
     extract_summary,
 )
-from langmem_ext.strategies.presets import SummaryBuffer
-from langmem_ext.strategies.summarize import TEMPLATES, Summarizer
+from langmem_ext.summarize.summarizer import TEMPLATES, Summarizer
 
 _CLIPPED_BY_SUMMARIZER = "summary clipped by langmem_ext"
 

@@ -17,8 +17,8 @@ from pydantic import ConfigDict
 
 from langmem_ext import Summarizer, SummarizerError
 from langmem_ext.strategies import SummaryBuffer
-from langmem_ext.strategies.extractive import ExtractiveSummarizer
-from langmem_ext.strategies.summarize import DEFAULT_TIMEOUT
+from langmem_ext.summarize.extractive import ExtractiveSummarizer
+from langmem_ext.summarize.summarizer import DEFAULT_TIMEOUT
 
 SUMMARY = "The user asked about the Berlin invoice 4711; it is paid."
 MESSAGES: list[BaseMessage] = [

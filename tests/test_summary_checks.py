@@ -14,9 +14,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langmem_ext import Summarizer, SummarizerError
 from langmem_ext.strategies import SummaryBuffer
-from langmem_ext.strategies.extractive import ExtractiveSummarizer
-from langmem_ext.strategies.summarize import TEMPLATES, ModelCall, is_transient
-from langmem_ext.strategies.summary_checks import (
+from langmem_ext.summarize.checks import (
     DEFAULT_CHECKS,
     SummaryContext,
     SummaryRejected,
@@ -27,6 +25,8 @@ from langmem_ext.strategies.summary_checks import (
     content_words,
     first_rejection,
 )
+from langmem_ext.summarize.extractive import ExtractiveSummarizer
+from langmem_ext.summarize.summarizer import TEMPLATES, ModelCall, is_transient
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "summary_validation.md"
 

@@ -1,5 +1,5 @@
-"""The brute-force float64 reference that ``VectorIndex`` (langmem_ext/core/vectors.py) is checked
-against, and clustered test data: shared by ``test_retrieval_vector_index.py`` (exact and
+"""The brute-force float64 reference that ``VectorIndex`` (langmem_ext/retrieval/vectors.py) is
+checked against, and clustered test data: shared by ``test_retrieval_vector_index.py`` (exact and
 approximate regimes) and ``test_retrieval_vector_index_coarse.py`` (coarse regime, bulk loads)."""
 
 from __future__ import annotations

@@ -42,9 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from langmem_ext.core._identity import KeyChain, fingerprint
-from langmem_ext.core._text import longest_prefix_within
-from langmem_ext.core._transcript import content_text
+from langmem_ext.core.identity import KeyChain, fingerprint
 from langmem_ext.core.messages import Unit, clip_chars, clip_marker, iter_units_reverse
 from langmem_ext.core.plan import (
     CutConfig,
@@ -56,7 +54,9 @@ from langmem_ext.core.plan import (
 )
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.text import longest_prefix_within
 from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.core.transcript import content_text
 from langmem_ext.errors import ContextOverflowError
 
 __all__ = [

@@ -3,7 +3,7 @@
 ``plan_fold(messages, state, config, counter, now)`` is a generator. It yields at most one
 :class:`FoldRequest` (the previous summary and the oldest messages to fold) and receives a
 :data:`FoldOutcome`, one of a closed set (``Folded`` / ``FoldFailed`` / ``FoldDeferred``, see
-:mod:`langmem_ext.core._state`, which also holds the health transition); it returns the
+:mod:`langmem_ext.core.transitions`, which also holds the health transition); it returns the
 :class:`~langmem_ext.core.result.MemoryResult`. The drivers in :mod:`langmem_ext.strategies.engine`
 fulfil the request with the summarizer, sync or async. The plan itself does no I/O and reads no
 clock: ``now`` is passed in.
@@ -43,19 +43,9 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from langmem_ext.core._fences import neutralize
-from langmem_ext.core._identity import KeyChain, digest
-from langmem_ext.core._state import (
-    Folded,
-    FoldOutcome,
-    RetryPolicy,
-    health_after,
-    may_try_fold,
-    settled,
-    within_backoff,
-)
-from langmem_ext.core._text import longest_prefix_within
 from langmem_ext.core.digest import DigestSettings, Tier1, digest_point, verbatim_tokens
+from langmem_ext.core.fences import neutralize
+from langmem_ext.core.identity import KeyChain, digest
 from langmem_ext.core.messages import (
     Unit,
     clip_chars,
@@ -76,7 +66,17 @@ from langmem_ext.core.plan import (
 )
 from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import Health, MemoryState
+from langmem_ext.core.text import longest_prefix_within
 from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.core.transitions import (
+    Folded,
+    FoldOutcome,
+    RetryPolicy,
+    health_after,
+    may_try_fold,
+    settled,
+    within_backoff,
+)
 from langmem_ext.errors import ContextOverflowError, MemoryBudgetExceeded
 
 __all__ = [
@@ -215,7 +215,7 @@ class FoldConfig(ViewLimits):
 
     @property
     def retry_policy(self) -> RetryPolicy:
-        """When a failing summarizer is tried again (see :mod:`langmem_ext.core._state`)."""
+        """When a failing summarizer is tried again (see :mod:`langmem_ext.core.transitions`)."""
         return RetryPolicy(self.degrade_after, self.retry_initial, self.retry_max)
 
     @property
@@ -266,7 +266,7 @@ def _boundary(
 ) -> tuple[int, bool]:
     """Index of the first unfolded message, and whether it had to be searched for.
 
-    Keys are position-safe (:func:`~langmem_ext.core._identity.key_at`): an id-less "Sure." is found
+    Keys are position-safe (:func:`~langmem_ext.core.identity.key_at`): an id-less "Sure." is found
     again only after the same history, never as another "Sure." further on."""
     if state.folded <= 0 or state.folded_key is None:
         return body_start, False
@@ -690,11 +690,11 @@ def plan_fold(
 
     The phases: where the history stands (:meth:`_Turn.begin`); is it over the trigger, and does
     the TieredSummary clip point move (:meth:`_Turn.move_clip_point`); the fold, if the
-    summarizer may be tried (:func:`~langmem_ext.core._state.may_try_fold`), and the health after
-    its outcome (:func:`~langmem_ext.core._state.health_after`); the view, with the not-shown note
+    summarizer may be tried (:func:`~.transitions.may_try_fold`), and the health after
+    its outcome (:func:`~.transitions.health_after`); the view, with the not-shown note
     and the overflow policy (:func:`_final_view`); the state and report (:func:`_fold_result`).
     A ``retry_at`` further than ``retry_max`` ahead of ``now`` (the clock stepped back since the
-    failure) is brought back first (:func:`~langmem_ext.core._state.within_backoff`)."""
+    failure) is brought back first (:func:`~langmem_ext.core.transitions.within_backoff`)."""
     state = within_backoff(state, now, config.retry_policy)
     turn = _Turn.begin(messages, state, config, counter)
     clip_moved, trigger = turn.move_clip_point(state.view_tokens, turn.over_trigger())

@@ -42,8 +42,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langmem_ext.core._identity import tool_call_ids
-from langmem_ext.core._text import last_fitting
+from langmem_ext.core.identity import tool_call_ids
+from langmem_ext.core.text import last_fitting
 from langmem_ext.errors import InvalidHistoryError
 
 __all__ = [
@@ -648,7 +648,7 @@ def clip_message(
     clip; the marker-only version when even that costs more than ``max_tokens`` (callers check
     the count). The clipped
     copy records ``{"clipped_from_tokens": n}`` under ``response_metadata["langmem_ext"]``.
-    Binary search (:func:`~langmem_ext.core._text.last_fitting`): O(log length) counts.
+    Binary search (:func:`~langmem_ext.core.text.last_fitting`): O(log length) counts.
     """
     original = count(message)
     if original <= max_tokens:

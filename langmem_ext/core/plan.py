@@ -38,7 +38,7 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langmem_ext.core._identity import KeyChain, stable_key, tool_call_ids
+from langmem_ext.core.identity import KeyChain, stable_key, tool_call_ids
 from langmem_ext.core.messages import (
     Unit,
     as_standard,
@@ -555,7 +555,7 @@ def select_view(
     carries a summary); system messages found in ``messages[start:]`` are merged into it (or
     dropped with ``keep_system=False``). ``state`` supplies the previous cut for hysteresis;
     ``shown`` maps each unit to the form it takes in the view (e.g. clipped tool outputs);
-    ``keys`` is the caller's :class:`~langmem_ext.core._identity.KeyChain` over ``messages``, if
+    ``keys`` is the caller's :class:`~langmem_ext.core.identity.KeyChain` over ``messages``, if
     any. ``pinned`` is the index of a human message before ``start`` that the view holds as if it
     came right before ``messages[start]``: the request of a long agent turn whose older rounds
     were folded into the summary (see :mod:`langmem_ext.core.fold`); the messages between it and

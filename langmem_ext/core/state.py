@@ -56,7 +56,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from langmem_ext.core._text import json_too_deep
+from langmem_ext.core.text import json_too_deep
 from langmem_ext.errors import InvalidStateError
 
 __all__ = ["STATE_VERSION", "Health", "MemoryState"]

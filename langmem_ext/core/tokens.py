@@ -36,7 +36,7 @@ from langchain_core.messages import (
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import Runnable
 
-from langmem_ext.core._identity import fingerprint
+from langmem_ext.core.identity import fingerprint
 from langmem_ext.errors import TokenizerUnavailableError
 
 __all__ = [

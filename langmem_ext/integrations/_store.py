@@ -9,11 +9,11 @@ never a document to embed. A sync-only store (``SqliteStore`` has no async API) 
 async code: with ``sync_fallback=True`` the async methods run its sync ones in a worker thread,
 so the event loop never blocks. A store that reports itself busy (SQLite's "database is locked"
 while another process writes the same file) is asked again with a bounded backoff
-(:func:`~langmem_ext.strategies.retrieval.batch_retrying`), never failing the call at once.
+(:func:`~langmem_ext.retrieval.strategy.batch_retrying`), never failing the call at once.
 
 **Flows.** An operation of a surface (append → apply → save → prune, or the legacy prune) is
 written once, as a generator that yields I/O steps and receives their results, like httpx's
-``auth_flow`` and :meth:`Summarizer.steps <langmem_ext.strategies.summarize.Summarizer.steps>`. Two
+``auth_flow`` and :meth:`Summarizer.steps <langmem_ext.summarize.summarizer.Summarizer.steps>`. Two
 thin drivers perform the steps: :func:`run` with blocking calls, :func:`arun` by awaiting. A step
 that raises has its exception thrown back into the flow at the ``yield``, so the flow handles
 errors with a plain ``try``. The steps:
@@ -38,7 +38,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from langgraph.store.base import BaseStore, GetOp, Op, PutOp
 
 from langmem_ext.core.state import MemoryState
-from langmem_ext.strategies.retrieval import abatch_retrying, batch_retrying
+from langmem_ext.retrieval.strategy import abatch_retrying, batch_retrying
 
 __all__ = [
     "Flow",

@@ -38,10 +38,10 @@ from langgraph.config import get_config
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
-from langmem_ext.core._state import removals_for_rewrite as removals
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.transitions import removals_for_rewrite as removals
 from langmem_ext.integrations.graph import Mode, check_surface_args
 from langmem_ext.strategies.engine import Strategy
 

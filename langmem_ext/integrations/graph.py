@@ -43,11 +43,11 @@ from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 from typing_extensions import NotRequired, TypedDict
 
-from langmem_ext.core._state import removals_for_rewrite
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.core.transitions import removals_for_rewrite
 from langmem_ext.errors import (
     GraphSchemaError,  # re-exported here
 )
@@ -283,5 +283,5 @@ def removals(
 ) -> tuple[list[str], MemoryState]:
     """Rewrite mode: the ids to remove from the graph state, and the memory state as it will be
     once they are gone. The rule lives with the other state rules
-    (:func:`langmem_ext.core._state.removals_for_rewrite`); this name is kept for callers."""
+    (:func:`langmem_ext.core.transitions.removals_for_rewrite`); this name is kept for callers."""
     return removals_for_rewrite(messages, state, counter)

@@ -98,11 +98,11 @@ from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from langmem_ext.core._identity import KeyChain
-from langmem_ext.core._state import rebase_after_removal, removed_messages
+from langmem_ext.core.identity import KeyChain
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.transitions import rebase_after_removal, removed_messages
 from langmem_ext.errors import InvalidHistoryError, MemoryBudgetExceeded
 from langmem_ext.integrations._store import (
     Flow,
@@ -781,7 +781,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         self, full: Sequence[BaseMessage], state: MemoryState
     ) -> tuple[list[BaseMessage], MemoryState] | None:
         """With ``prune_backing``: the messages to keep and the state rebased on them (the rules
-        are :func:`~langmem_ext.core._state.rebase_after_removal`'s), or ``None`` when nothing is
+        are :func:`~.transitions.rebase_after_removal`'s), or ``None`` when nothing is
         to be removed. The whole backing history is rewritten, so messages without an id are
         removed as well as the others."""
         if not self.prune_backing or not state.folded:

@@ -33,7 +33,7 @@ chains. This class has the same fields, methods and outputs (same model, same co
 
 Also: a summarizer failure loses nothing (legacy has already popped the messages from an
 in-memory history when the summarizer raises), a summary that is empty or fails the summary
-checks (``validate_summary``, see :mod:`~langmem_ext.strategies.summary_checks`: degenerate
+checks (``validate_summary``, see :mod:`~langmem_ext.summarize.checks`: degenerate
 repetition, an echoed prompt, a refusal ...) is a failure too (legacy prunes the messages and
 keeps the empty or garbage summary), and a typo'd constructor argument is an error (legacy
 ignores unknown arguments).
@@ -66,14 +66,14 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.store.base import BaseStore
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from langmem_ext.core._identity import KeyChain, stable_key
+from langmem_ext.core.identity import KeyChain, stable_key
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.tokens import ChatModelCounter, TokenCounter, as_counter
 from langmem_ext.errors import (
     StoredStateError,  # re-exported here
 )
 from langmem_ext.integrations._store import Flow, Io, StateStore, Within, arun, run, single
-from langmem_ext.strategies.summary_checks import (
+from langmem_ext.summarize.checks import (
     DEFAULT_CHECKS,
     SummaryContext,
     SummaryRejected,
@@ -168,7 +168,7 @@ class SummaryBufferState:
 
     ``pruned`` messages at the start of the history are folded into ``summary``;
     ``last_pruned_key`` is the position-safe key of the last of them (its id, or a digest chained
-    over the id-less messages up to it: see ``langmem_ext.core._identity.key_at``), which is how a
+    over the id-less messages up to it: see ``langmem_ext.core.identity.key_at``), which is how a
     history rewritten underneath us is noticed. ``last_pruned_window`` holds the content keys
     of the last (up to ``WINDOW``) pruned messages, oldest first: when messages before the
     watermark were deleted, the chained key changes, and the window finds the last pruned
@@ -238,7 +238,7 @@ class SummaryBufferState:
 # into one string (not summary sections), and keeps its own versioned state (the watermark with
 # its window, not a ``MemoryState``). What is shared is the machinery around it: the flow
 # drivers and the ``StateStore`` of ``langmem_ext.integrations._store``, the position-safe keys of
-# ``langmem_ext.core._identity``, and the token counters.
+# ``langmem_ext.core.identity``, and the token counters.
 
 
 def _window(messages: Sequence[BaseMessage], end: int) -> tuple[str, ...]:
@@ -453,9 +453,9 @@ class ConversationSummaryBufferMemory(_MemoryBase):
       does, instead of keeping them behind the watermark;
     * ``validate_summary``: the checks a new summary must pass (a check ``(summary, context) ->
       str | None``, a sequence of them, or None; default: the built-in
-      :data:`~langmem_ext.strategies.summary_checks.DEFAULT_CHECKS`). An empty summary, or one
+      :data:`~langmem_ext.summarize.checks.DEFAULT_CHECKS`). An empty summary, or one
       a check rejects, is not committed: ``save_context``/``prune`` raise
-      :class:`~langmem_ext.strategies.summary_checks.SummaryRejected` (with ``reason``), as
+      :class:`~langmem_ext.summarize.checks.SummaryRejected` (with ``reason``), as
       they raise any summarizer failure, and no message is pruned (the buffer keeps them; the
       next ``save_context`` tries again).
 

@@ -167,7 +167,7 @@ def _transcript(args: argparse.Namespace) -> Transcript:
 def _summarizer(spec: str) -> tuple[Any, str | None]:
     """The summarizer model and the model its tokens are priced at (None: free)."""
     if spec.strip().lower() == "extractive":
-        from langmem_ext.strategies.extractive import ExtractiveSummarizer
+        from langmem_ext.summarize.extractive import ExtractiveSummarizer
 
         return ExtractiveSummarizer(), None
     try:

@@ -44,7 +44,7 @@ from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
 from langmem_ext.replay.prices import ModelPrice, Prices, load_prices
 from langmem_ext.strategies.engine import Strategy
-from langmem_ext.strategies.summarize import Summarizer
+from langmem_ext.summarize.summarizer import Summarizer
 
 __all__ = [
     "DEFAULT_MODEL",

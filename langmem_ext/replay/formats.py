@@ -80,8 +80,8 @@ from langchain_core.messages import (
 )
 from pydantic import ValidationError
 
-from langmem_ext.core._identity import tool_call_ids
-from langmem_ext.core._text import json_too_deep
+from langmem_ext.core.identity import tool_call_ids
+from langmem_ext.core.text import json_too_deep
 from langmem_ext.errors import LangmemExtError
 
 if TYPE_CHECKING:

@@ -37,6 +37,7 @@ from langchain_core.embeddings import Embeddings
 
 from langmem_ext.core.tokens import CounterLike
 from langmem_ext.errors import LangmemExtError
+from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.presets import (
     Compacting,
@@ -46,8 +47,7 @@ from langmem_ext.strategies.presets import (
     TokenBudget,
     ToolDigest,
 )
-from langmem_ext.strategies.retrieval import Retrieval
-from langmem_ext.strategies.summarize import SummarizerLike
+from langmem_ext.summarize.summarizer import SummarizerLike
 
 __all__ = ["STRATEGIES", "SpecError", "parse_strategy"]
 
@@ -160,7 +160,7 @@ def default_store(embeddings: Embeddings | None = None) -> Any:
 
     if embeddings is None:
         try:
-            from langmem_ext.strategies.embeddings import LocalMiniLMEmbeddings
+            from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
             model = LocalMiniLMEmbeddings()
             model.load()

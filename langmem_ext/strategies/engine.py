@@ -2,8 +2,9 @@
 
 A strategy's plan is a generator (:mod:`langmem_ext.core.fold`): it yields a
 :class:`~langmem_ext.core.fold.FoldRequest` when it needs the summarizer, receives one of the closed
-set of outcomes (:class:`~langmem_ext.core._state.Folded`,
-:class:`~langmem_ext.core._state.FoldFailed`, :class:`~langmem_ext.core._state.FoldDeferred`) and
+set of outcomes (:class:`~langmem_ext.core.transitions.Folded`,
+:class:`~langmem_ext.core.transitions.FoldFailed`,
+:class:`~langmem_ext.core.transitions.FoldDeferred`) and
 returns the :class:`~langmem_ext.core.result.MemoryResult`. ``apply`` fulfils requests with
 ``Summarizer.fold``, ``aapply`` with ``Summarizer.afold``, ``view`` defers them; nothing else
 differs. A plan may also yield an :class:`IoRequest` (Retrieval's store batches and retriever
@@ -63,14 +64,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from langmem_ext.core._state import FoldDeferred, Folded, FoldFailed, FoldOutcome
-from langmem_ext.core._transcript import render_transcript
 from langmem_ext.core.fold import FoldRequest
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import Health, MemoryState
 from langmem_ext.core.tokens import TokenCounter
-from langmem_ext.strategies.summarize import Summarizer
+from langmem_ext.core.transcript import render_transcript
+from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldOutcome
+from langmem_ext.summarize.summarizer import Summarizer
 
 __all__ = [
     "DECLINED",
@@ -554,7 +555,7 @@ def job_deadline(
     then of its fallback. One second of slack is added. A model that refuses prompts as too
     long makes more, smaller calls than this bound counts: such a fold may end at the bound.
     No deadline when a model of the chain has ``timeout=None`` (the caller chose to wait), or
-    for an object that folds but is not a :class:`~langmem_ext.strategies.summarize.Summarizer`.
+    for an object that folds but is not a :class:`~langmem_ext.summarize.summarizer.Summarizer`.
     """
     per_call = _call_bound(summarizer)
     if per_call is None:

@@ -37,7 +37,7 @@ from langmem_ext.strategies.engine import (
     TurnCallback,
     finished,
 )
-from langmem_ext.strategies.summarize import Summarizer, SummarizerLike
+from langmem_ext.summarize.summarizer import Summarizer, SummarizerLike
 
 __all__ = [
     "Compacting",
@@ -448,7 +448,7 @@ def _message_triggers(
 
 _SUMMARIZING_ARGS_DOC = """
     Shared arguments (every summarizing strategy):
-        summarizer: a :class:`~langmem_ext.strategies.summarize.Summarizer`, or a chat model /
+        summarizer: a :class:`~langmem_ext.summarize.summarizer.Summarizer`, or a chat model /
             ``"provider:model"`` string / callable to build one. A Summarizer is copied to measure
             with this strategy's ``counter``; the caller's object is not changed.
         counter: how tokens are counted, as for :class:`TokenBudget` (default: approximate).
@@ -503,7 +503,7 @@ _FAILURE_DOC = """
     Long agent turns: when one request is followed by more tool rounds than fit, the oldest whole
     rounds of that turn are folded (an in-flight call never is) and the request stays in every
     view, verbatim, right after the summary; ``report.not_shown`` is 0 while the summarizer is
-    healthy. ``templates=["task"]`` on the :class:`~langmem_ext.strategies.summarize.Summarizer`
+    healthy. ``templates=["task"]`` on the :class:`~langmem_ext.summarize.summarizer.Summarizer`
     keeps a summary fit for such turns (progress, files touched, results, open problems).
 """
 

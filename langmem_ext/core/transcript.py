@@ -2,7 +2,7 @@
 
 One renderer for every place that shows a conversation to a model as text (the summarizer's
 transcript today): role, text, and tool calls as ``name(json args)``. Every line is passed
-through :func:`~langmem_ext.core._fences.neutralize`, so no fence tag survives anywhere in it.
+through :func:`~langmem_ext.core.fences.neutralize`, so no fence tag survives anywhere in it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langmem_ext.core._fences import neutralize
+from langmem_ext.core.fences import neutralize
 from langmem_ext.core.messages import as_standard
 
 __all__ = ["content_text", "render_message", "render_transcript"]

@@ -5,7 +5,7 @@ prompt with garbage surprisingly often: a short token repeated to the output lim
 (``[b] [b] [b] ...``), the prompt's own markup or instructions echoed back, a refusal. Such an
 answer is not empty, so without a check it became the summary, the memory stayed "healthy",
 and the garbage was fed back as the previous summary of every later fold. The
-:class:`~langmem_ext.strategies.summarize.Summarizer` runs every answer of its model through
+:class:`~langmem_ext.summarize.summarizer.Summarizer` runs every answer of its model through
 these checks; a rejected answer is a failed call (:class:`SummaryRejected`, with ``reason``):
 retried, then the fallback, then a failed fold (nothing folded, nothing lost, the reason in
 ``state.last_error``).

@@ -16,7 +16,7 @@ so both share one logic:
   failure, and no other call starts on a model that is not thread-safe while it still runs
   (``exclusive``);
 * every answer is checked before it becomes the summary (``validate``, see
-  :mod:`~langmem_ext.strategies.summary_checks`): a rejected one is a transient failure;
+  :mod:`~langmem_ext.summarize.checks`): a rejected one is a transient failure;
 * transient failures (timeouts, connection errors, 408/409/425/429/5xx/529, a malformed 200 body,
   an answer without text) are retried up to ``max_attempts`` with exponential backoff and jitter,
   waiting at least what the provider asked in ``Retry-After`` / ``retry-after-ms``
@@ -55,12 +55,12 @@ from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableLambda
 
-from langmem_ext.core._fences import neutralize
-from langmem_ext.core._text import clip_text, longest_prefix_within
-from langmem_ext.core._transcript import render_message, render_transcript
+from langmem_ext.core.fences import neutralize
+from langmem_ext.core.text import clip_text, longest_prefix_within
 from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
+from langmem_ext.core.transcript import render_message, render_transcript
 from langmem_ext.errors import ModelBusyError, SummarizerError
-from langmem_ext.strategies.summary_checks import (
+from langmem_ext.summarize.checks import (
     DEFAULT_CHECKS,
     SummaryCheck,
     SummaryContext,
@@ -689,10 +689,10 @@ class Summarizer:
             waiting on it) or a timeout well above its slowest summary, e.g.
             ``timeout=600``.
         validate: the checks an answer must pass before it becomes the summary (see
-            :mod:`~langmem_ext.strategies.summary_checks` and ``docs/summary_validation.md``): a
+            :mod:`~langmem_ext.summarize.checks` and ``docs/summary_validation.md``): a
             callable ``(summary, context) -> str | None`` (None accepts, a string is the reason
             to reject), a sequence of them, or None for no checks. Default: the built-in
-            :data:`~langmem_ext.strategies.summary_checks.DEFAULT_CHECKS` (degenerate
+            :data:`~langmem_ext.summarize.checks.DEFAULT_CHECKS` (degenerate
             repetition, echoed prompt markup or instructions, a refusal, no content in common
             with the input, implausible length). A rejected answer is a transient failure (a
             model that samples usually answers better the next time): retried within

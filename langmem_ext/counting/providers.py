@@ -40,7 +40,7 @@ from langchain_core.messages import (
     SystemMessage,
 )
 
-from langmem_ext.core._identity import fingerprint
+from langmem_ext.core.identity import fingerprint
 from langmem_ext.core.tokens import (
     CachedCounter,
     CounterLike,

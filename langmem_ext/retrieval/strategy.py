@@ -7,12 +7,12 @@
 2. every turn of the conversation that left the inner view is written once to a LangGraph
    ``BaseStore`` under the memory key's namespace ``("langmem_ext", "turns", tenant, user,
    thread)``. The item key is the position-safe key of the turn's first message
-   (:func:`~langmem_ext.core._identity.key_at`: its id, or for a message without one a digest
+   (:func:`~langmem_ext.core.identity.key_at`: its id, or for a message without one a digest
    chained over the history before it), so two turns that both say "continue" are two items, and
    writing the same turn again is idempotent;
 3. the newest human message (plus, with ``query_messages=n``, the ``n`` messages before it) is the
    query, when it may need the past (``gate``): an in-process vector index
-   (:class:`~langmem_ext.core.vectors.VectorIndex`, over the vectors stored with each turn; or
+   (:class:`~langmem_ext.retrieval.vectors.VectorIndex`, over the vectors stored with each turn; or
    the store's own dense search with ``dense_index="store"``), an in-process BM25 index, and any
    knowledge ``sources`` (searched for every query, concurrently, each under
    ``source_timeout``) are fused by reciprocal rank, deduplicated by content and capped;
@@ -20,7 +20,7 @@
    placed just before the newest human message (late, so the cached prompt prefix stays the
    same), within ``max_retrieved_tokens``. Turns are stored as text: a tool call and its results
    come back together, as part of their turn, or not at all. Retrieved text is fenced and
-   neutralised (:func:`~langmem_ext.core._fences.neutralize`): it cannot close the context message
+   neutralised (:func:`~langmem_ext.core.fences.neutralize`): it cannot close the context message
    or a ``<turn>`` / ``<passage>`` block, whatever its spacing or attributes.
 
 ``scope="thread"`` searches the current thread only; ``scope="user"`` all of the user's threads.
@@ -131,11 +131,13 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, SearchOp
 
-from langmem_ext.core._fences import neutralize
-from langmem_ext.core._identity import fingerprint, key_at, keys_between
+from langmem_ext.core.fences import neutralize
+from langmem_ext.core.identity import fingerprint, key_at, keys_between
 from langmem_ext.core.keys import DEFAULT, MemoryKey
 from langmem_ext.core.messages import is_system
-from langmem_ext.core.ranking import (
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.retrieval.bm25 import (
     STOP_WORDS,
     BM25Index,
     Postings,
@@ -143,9 +145,7 @@ from langmem_ext.core.ranking import (
     reciprocal_rank_fusion,
     tokenize,
 )
-from langmem_ext.core.result import MemoryResult
-from langmem_ext.core.state import MemoryState
-from langmem_ext.core.vectors import VectorIndex
+from langmem_ext.retrieval.vectors import VectorIndex
 from langmem_ext.strategies.engine import DECLINED, IoRequest, Plan, Request, Strategy
 
 __all__ = [
@@ -867,7 +867,7 @@ def _dense_index(
 ) -> tuple[DenseIndex, Embeddings | None]:
     """Where the dense ranking runs, and the embeddings a local index uses: ``"store"`` keeps
     it in a store whose search scales (PostgreSQL with pgvector), ``"local"`` everywhere else
-    (an in-process :class:`~langmem_ext.core.vectors.VectorIndex`, embedding with ``embeddings``
+    (an in-process :class:`~.vectors.VectorIndex`, embedding with ``embeddings``
     or the store's own model)."""
     if given is None:
         ann = type(store).__name__ in _ANN_STORES and _has_index(store) and embeddings is None
@@ -1782,7 +1782,7 @@ class Retrieval(Strategy):
         dense_index: where the dense ranking runs. ``"local"`` (the default, except for
             ``PostgresStore``): Retrieval embeds each turn once, stores its vectors with it
             (float16, so a restart never embeds again) and searches an in-process
-            :class:`~langmem_ext.core.vectors.VectorIndex` (about 1-2 ms a search at 100k
+            :class:`~langmem_ext.retrieval.vectors.VectorIndex` (about 1-2 ms a search at 100k
             turns, where ``InMemoryStore``'s own search takes 344 ms at 10k); a fresh process
             loads it from the thread's index blocks (see the module notes). ``"store"``: the
             store embeds and searches (``PostgresStore`` with pgvector: its HNSW index scales

@@ -26,7 +26,7 @@ Usage::
     langmem-ext seed-tiktoken --urls               # what to fetch elsewhere
     langmem-ext seed-tiktoken ~/.cache/tiktoken --from ./encodings
 
-(``python -m langmem_ext.tiktoken_seed`` is the same command.)
+(``python -m langmem_ext.counting.seeding`` is the same command.)
 
 From Python: ``seed(cache_dir)`` (the tests and benchmarks of this repository call it, which is why
 they run offline). Without a ``CACHE_DIR``, ``$TIKTOKEN_CACHE_DIR`` is used, else

@@ -31,7 +31,7 @@ from typing import TypeAlias
 from langchain_core.messages import BaseMessage
 from typing_extensions import assert_never
 
-from langmem_ext.core._identity import KeyChain
+from langmem_ext.core.identity import KeyChain
 from langmem_ext.core.messages import is_system, pinned_request
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter

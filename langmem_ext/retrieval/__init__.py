@@ -1,0 +1,17 @@
+"""Retrieval: bring evicted turns and knowledge back into the view.
+
+* :mod:`~langmem_ext.retrieval.strategy`: ``Retrieval``, which wraps any strategy, and
+  ``RetrievalConfig``;
+* :mod:`~langmem_ext.retrieval.vectors`: ``VectorIndex``, the in-process dense index;
+* :mod:`~langmem_ext.retrieval.bm25`: the in-process lexical index;
+* :mod:`~langmem_ext.retrieval.embeddings`: the offline embedder (the ``embeddings`` extra, so
+  it is not imported here).
+
+Retrieval sits above :mod:`langmem_ext.strategies` (it wraps a strategy and is driven by the same
+engine) and below :mod:`langmem_ext.integrations`. See ``docs/architecture.md``.
+"""
+
+from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
+from langmem_ext.retrieval.vectors import VectorIndex
+
+__all__ = ["Retrieval", "RetrievalConfig", "VectorIndex"]
