@@ -7,8 +7,8 @@ benchmark's own ``render_markdown`` run on its JSON (the key sections, picked by
 the plots from the same numbers.
 
 The page holds nothing that depends on when or where this command runs (no date, no absolute
-path), so it is a pure function of the JSON files: ``tests/test_bench_docs.py`` checks that the
-committed page is what this command makes of the committed results.
+path), so it is a pure function of the JSON files: ``tests/bench/test_bench_docs.py`` checks
+that the committed page is what this command makes of the committed results.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Fakes and scripted conversations for ``tests/test_compat.py``; also runs as a subprocess.
+"""Fakes and scripted conversations for ``tests/integrations/test_compat.py``; also runs
+as a subprocess.
 
     python tests/compat_worker.py --history H.sqlite [--store S.sqlite --session s1] \
         --start 0 --stop 10 --limit 40 [--async] [--no-classic]

@@ -1,5 +1,5 @@
 """Run MemoryNode graph turns on a persistent checkpointer; used in-process by
-``tests/test_graph_persistence.py`` and as a subprocess (a real restart) from it.
+``tests/integrations/test_graph_persistence.py`` and as a subprocess (a real restart) from it.
 
     python tests/graph_worker.py --backend sqlite --target run.sqlite --mode rewrite \
         --thread t1=alpha --start 0 --stop 8 [--surface node|middleware]

@@ -1,6 +1,6 @@
 """Run chat turns through ``RunnableWithMessageHistory`` + ``ManagedChatMessageHistory`` on a
-persistent store and backing history; used in-process by ``tests/test_history.py`` and as a
-subprocess (a real second process) from it.
+persistent store and backing history; used in-process by
+``tests/integrations/test_history.py`` and as a subprocess (a real second process) from it.
 
     python tests/history_worker.py --backend sqlite --target DIR --session s1=alpha \
         --start 0 --stop 8 [--prune] [--async]

@@ -81,7 +81,7 @@ def property_run_environment() -> Iterator[None]:
     their warnings out of reports. And the strategies build their Summarizer with the default
     backoff (1 s, doubling) while the fake model raises transient errors on schedule: the retries
     happen, without the wall-clock waits (about 30 s per test at 500 examples). What a retry
-    waits is tested in test_hardening_summarizer.py."""
+    waits is tested in test_summarizer_provider_faults.py."""
 
     async def no_async_sleep(seconds: float) -> None:
         return None

@@ -45,7 +45,7 @@ from langmem_ext import (
 )
 from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4
 ANN = MemoryKey("acme", "ann", "t1")
 

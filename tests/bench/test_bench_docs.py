@@ -20,7 +20,7 @@ import pytest
 from bench.docs import BENCHMARKS, IMG_DIR, PAGE, find_results, main
 from bench.retrieval import BASELINE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 COMMITTED_PAGE = ROOT / "docs" / PAGE
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

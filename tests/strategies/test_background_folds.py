@@ -81,7 +81,6 @@ from property_harness import (
     property_run_environment,  # noqa: F401 (an autouse fixture: quiet logs, retries do not sleep)
     tagged,
 )
-from test_properties_long_turns import long_runs
 
 from langmem_ext import (
     ApproximateCounter,
@@ -101,6 +100,7 @@ from langmem_ext import (
 from langmem_ext.core.fold import FoldRequest
 from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldOutcome
 from langmem_ext.strategies.engine import Strategy, _jobs_of
+from tests.properties.test_properties_long_turns import long_runs
 
 COUNTER = ApproximateCounter()
 #: the name of the threads background folds run in (one per job, engine._Jobs)

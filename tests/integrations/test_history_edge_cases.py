@@ -1,5 +1,6 @@
 """Hardening of the stored-history parts: ``ManagedChatMessageHistory`` and the
-drop-in ``ConversationSummaryBufferMemory`` (its tests: ``tests/test_hardening_compat.py``).
+drop-in ``ConversationSummaryBufferMemory`` (its tests:
+``tests/integrations/test_compat_edge_cases.py``).
 
 * ``prune_backing=True`` with concurrent writers of one key (4 threads; 3 processes on
   PostgreSQL) loses, duplicates and double-summarizes nothing;
@@ -53,7 +54,7 @@ from langmem_ext import InvalidHistoryError, SummaryBuffer
 from langmem_ext.core.keys import MemoryKey, MissingKeyError
 from langmem_ext.integrations.history import ManagedChatMessageHistory
 
-WORKER = Path(__file__).resolve().parent / "history_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "history_worker.py"
 RUN = uuid.uuid4().hex[:10]
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -36,7 +36,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langmem_ext import MemoryNode, MemoryState
 
-WORKER = Path(__file__).resolve().parent / "graph_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "graph_worker.py"
 RUN = uuid.uuid4().hex[:10]  # thread ids and the PostgreSQL schema are unique per test run
 
 

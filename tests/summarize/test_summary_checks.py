@@ -28,7 +28,7 @@ from langmem_ext.summarize.checks import (
 from langmem_ext.summarize.extractive import ExtractiveSummarizer
 from langmem_ext.summarize.summarizer import TEMPLATES, ModelCall, is_transient
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "summary_validation.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "summary_validation.md"
 
 CONVERSATION: list[BaseMessage] = [
     HumanMessage("Hi, I need to move my flight LH 454 from Frankfurt to San Francisco.", id="h1"),

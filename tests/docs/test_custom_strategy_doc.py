@@ -3,7 +3,7 @@
 - (a) every ```python block of the page runs, in order, in one namespace, and prints exactly
   what its ``# ...`` lines say; the example strategy on the page is the code of
   ``examples/custom_strategy.py``, which runs on its own and prints the same views
-  (``tests/test_examples.py`` runs only ``examples/agent.py``, so this file runs the new one);
+  (``tests/docs/test_examples.py`` runs only ``examples/agent.py``, so this file runs the new one);
 - (b) ``check_strategy`` passes on the example strategy;
 - (c) it fails the broken variant of the page, naming the invariant;
 - (d) ``check_strategy`` on ``Retrieval(TokenBudget(...))`` over an ``InMemoryStore``: given a
@@ -32,7 +32,7 @@ from langmem_ext import MemoryKey, MemoryState, Retrieval, TokenBudget
 from langmem_ext.strategies.engine import Plan
 from langmem_ext.testing import check_strategy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "custom_strategy.md"
 EXAMPLE = ROOT / "examples" / "custom_strategy.py"
 

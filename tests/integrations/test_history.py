@@ -64,7 +64,7 @@ from langmem_ext import (
 from langmem_ext.core.keys import MemoryKey, MissingKeyError
 from langmem_ext.integrations.history import STATE_ITEM, ManagedChatMessageHistory
 
-WORKER = Path(__file__).resolve().parent / "history_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "history_worker.py"
 RUN = uuid.uuid4().hex[:10]  # session names are unique per test run (shared PostgreSQL schema)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

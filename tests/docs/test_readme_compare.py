@@ -8,7 +8,7 @@ from pathlib import Path
 
 from subprocesses import run_python, without_api_keys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 

@@ -23,7 +23,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from subprocesses import run_python, without_api_keys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 IDS = [str(path.relative_to(ROOT)) for path in NOTEBOOKS]

@@ -38,7 +38,7 @@ from langmem_ext import (
 from langmem_ext.cli import main
 from langmem_ext.integrations.graph import GraphSchemaError, GraphSchemaWarning
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CI = os.environ.get("CI") == "true"
 
 

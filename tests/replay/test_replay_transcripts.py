@@ -42,7 +42,7 @@ from langmem_ext.replay.formats import (
     parse_transcript,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts"
 GOOD = {
     "langchain.json": "langchain",
     "langchain.jsonl": "langchain",

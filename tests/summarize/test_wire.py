@@ -393,7 +393,7 @@ async def test_a_timeout_is_retried(llm_server: FakeLLMServer, provider: str, mo
 
 
 # (malformed 200 answers, Retry-After, hangs and context-length halving over the wire:
-# tests/test_hardening_summarizer.py)
+# tests/summarize/test_summarizer_provider_faults.py)
 
 
 # -- one attempt per call (the default): later attempts on later calls --------------------------
@@ -525,8 +525,9 @@ async def test_by_default_the_fallback_gets_one_attempt_too(
 async def test_a_context_window_too_small_for_any_input_fails_the_fold_and_loses_nothing(
     llm_server: FakeLLMServer, provider: str, mode: str
 ) -> None:
-    # (a context-length error shrinks the batch: tests/test_hardening_summarizer.py; here the
-    # window is too small even for the smallest input, so the fold fails after a few halvings)
+    # (a context-length error shrinks the batch:
+    # tests/summarize/test_summarizer_provider_faults.py; here the window is too small even for
+    # the smallest input, so the fold fails after a few halvings)
     clock = Clock()
     strategy = make_buffer(make_summarizer(make_model(provider, llm_server)), clock)
     # a first good fold, so the failure happens with a summary in place

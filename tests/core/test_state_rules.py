@@ -40,7 +40,7 @@ from langmem_ext.integrations.graph import removals
 from langmem_ext.strategies import presets as strategies_module
 from langmem_ext.strategies.engine import Strategy
 
-PACKAGE = Path(__file__).resolve().parent.parent / "langmem_ext"
+PACKAGE = Path(__file__).resolve().parents[2] / "langmem_ext"
 CORE = (
     "core/plan.py",
     "core/fold.py",

@@ -19,7 +19,7 @@ import pytest
 
 import langmem_ext
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 #: ``langmem_ext.__all__``, exactly (sorted as ruff keeps it)
 EXPECTED = (
@@ -111,7 +111,7 @@ def test_all_is_exactly_the_expected_public_names() -> None:
         "langmem_ext.__all__ changed: added "
         f"{sorted(set(langmem_ext.__all__) - set(EXPECTED))}, removed "
         f"{sorted(set(EXPECTED) - set(langmem_ext.__all__))}; update EXPECTED in "
-        "tests/test_api_surface.py if the change is meant"
+        "tests/docs/test_api_surface.py if the change is meant"
     )
 
 

@@ -1,5 +1,6 @@
-"""Hardening of the drop-in ``ConversationSummaryBufferMemory`` (moved here from
-``tests/test_hardening_history.py``, which keeps the ``ManagedChatMessageHistory`` parts):
+"""Hardening of the drop-in ``ConversationSummaryBufferMemory`` (moved here
+from ``tests/integrations/test_history_edge_cases.py``, which keeps the
+``ManagedChatMessageHistory`` parts):
 
 * repeated id-less texts ("continue", "Sure.") are never mistaken for each other, and
   the stored watermark is position-safe (version 1 states are still read);

@@ -15,7 +15,7 @@ from subprocesses import run_python, without_api_keys
 
 from langmem_ext.cli import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts"
 GOOD = ["langchain.json", "langchain.jsonl", "openai.json", "openai.jsonl", "anthropic.json"]
 
 

@@ -66,7 +66,7 @@ from langmem_ext.counting.providers import (
 __all__ = ["llm_server"]  # the fixture, re-exported so pytest finds it
 
 MODEL = "claude-test-1"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- helpers ------------------------------------------------------------------------------------

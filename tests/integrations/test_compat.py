@@ -81,7 +81,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::langmem_ext.compat.UnpersistedSummaryWarning"),
 ]
 
-WORKER = Path(__file__).resolve().parent / "compat_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "compat_worker.py"
 KEY = MemoryKey("acme", "u1", "chat-1")
 
 

@@ -60,7 +60,7 @@ def dense_store(embed: Any) -> InMemoryStore:
 
 
 class CountingStore(InMemoryStore):
-    """Counts the turns written (not the change marks, see test_hardening_retrieval.py)."""
+    """Counts the turns written (not the change marks, see test_retrieval_edge_cases.py)."""
 
     puts: int = 0
 

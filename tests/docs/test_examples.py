@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from subprocesses import run_command, run_python, without_api_keys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TURNS = 30
 
 
