@@ -8,7 +8,8 @@ One thread of ``turns`` turns (a human message of 50-150 words in, an AI answer 
 out; text and ids from a seeded RNG, so every configuration sees the same conversation) runs
 through a ``StateGraph`` (memory node, then a fake model node, as
 ``tests/integrations/test_graph.py``'s ``explicit_graph``) with a ``SqliteSaver`` on a temporary
-file, ``durability="sync"``. Three configurations run side by side, turn by turn, each on its own file:
+file, ``durability="sync"``. Three configurations run side by side, turn by turn, each on its
+own file:
 
 * **none**: no memory node; the model sees the full history;
 * **view**: ``MemoryNode(SummaryBuffer(max_tokens, summarizer=fake), mode="view")``;
