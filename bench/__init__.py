@@ -1,15 +1,29 @@
-"""Benchmarks for langmem_ext against langchain-core's ``trim_messages``.
+"""Benchmarks for langmem_ext against langchain-core, langmem and langchain.
 
-Run ``python -m bench`` from the repository root (``--quick`` for a smoke run, ``--out DIR`` to
-write the results elsewhere). Sections (see ``bench/run.py``):
+Every benchmark is a module run as ``python -m bench.<name> [--quick] [--out DIR]`` (the
+Makefile's ``bench`` target runs them all) and writes ``bench/results/<name>.md`` and
+``<name>.json`` (``--quick``: ``<name>_quick.*``, which git ignores). They share
+``bench/harness.py``: the command line, the run's record (machine, versions, load, run time),
+writing the results, timing and the markdown helpers.
 
-A. per-call time on static synthetic histories of 100, 1,000 and 10,000 messages;
-B. total time over an agent loop that calls the strategy at every model call;
-C. prefix stability over that loop (does each view keep the previous view as its prefix?);
-D. validity of every view in that loop (within budget, no error-severity findings).
-
-Results go to ``bench/results/latest.md`` and ``bench/results/latest.json`` (quick runs write
-``quick.*`` next to them, which git ignores).
+* ``python -m bench`` (``bench/run.py``): TokenBudget against ``trim_messages``: per-call time on
+  static histories (``static.py``), then an agent loop (``loop.py``) for total time, prefix
+  stability and validity; the report is ``report.py``, the counters ``counters.py``. It writes
+  ``latest.*`` (``quick.*`` for ``--quick``).
+* ``bench.summaries``: the summarizing strategies against langmem and langchain on a marked loop
+  (``fakes.py``: the marked conversation and the fake summarizer; ``summaries_tools.py``: the
+  tools and their driver; ``summaries_report.py``).
+* ``bench.agent_turns``: the same tools over long agent turns of hundreds of tool rounds.
+* ``bench.growth``: checkpoint growth of a ``MemoryNode`` graph over 1,000 turns.
+* ``bench.retrieval``: retrieval memory (``retrieval_config.py``, ``retrieval_measure.py``,
+  ``retrieval_report.py`` and ``retrieval_choices.py``) on CRI's persona (``retrieval_data.py``,
+  ``cri_facts.py``) and planted facts (``retrieval_planted.py``, ``retrieval_planted_facts.py``).
+* ``bench.crossing``: the call that crosses the summary trigger, inline and in the background.
+* ``bench.scale``: retrieval at 100,000 turns (``scale_setup.py``, ``scale_restart.py``,
+  ``scale_report.py``).
+* ``bench.embedders``: local embedding models (``embedders_models.py``, ``embedders_report.py``).
+* ``python -m bench.docs``: ``docs/benchmarks.md`` and its plots (``docs_plots.py``) from the
+  committed JSON results.
 """
 
 from __future__ import annotations

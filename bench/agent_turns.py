@@ -32,7 +32,6 @@ langchain-core ``count_tokens_approximately`` (``langmem_ext.ApproximateCounter`
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import random
@@ -40,29 +39,34 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from bench import run
-from bench.common import bench_main, is_prefix, log_progress
-from bench.env import ROOT, load_average, machine_info
-from bench.report import format_load, format_seconds, provenance_lines
-from bench.summaries import (
-    Conversation,
+from bench.fakes import Conversation, _mark
+from bench.harness import (
+    RunClock,
+    bench_main,
+    format_load,
+    format_seconds,
+    git_source,
+    is_prefix,
+    log_progress,
+    machine_info,
+    md_table,
+    newest_human,
+    provenance_lines,
+    results_writer,
+)
+from bench.summaries import PACKAGES
+from bench.summaries_tools import (
     ModelCall,
     Tool,
     ViewTracker,
     _langmem_ext_tool,
-    _mark,
-    _newest_human,
-    _source,
-    _table,
-    _versions,
     drive,
     tool_factories,
 )
@@ -80,7 +84,6 @@ __all__ = [
     "write_results",
 ]
 
-DEFAULT_OUT = ROOT / "bench" / "results"
 
 #: goals (from issue 13): summarizer input per conversation token, and the rest zero / every call
 INPUT_RATIO_GOAL = 1.3
@@ -237,7 +240,7 @@ def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
         view = call.view
         for message in call.new:
             tracker.add(message)
-        calls.request = _newest_human(call.new) or calls.request
+        calls.request = newest_human(call.new) or calls.request
         calls.seconds += call.seconds
         tokens = count_tokens_approximately(view)
         calls.view_tokens.append(tokens)
@@ -348,9 +351,7 @@ def run_agent_turns(
     config: AgentTurnsConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
     """Every tool at every budget over every conversation; returns the JSON-ready results."""
-    started = time.perf_counter()
-    started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    load_at_start = load_average()
+    clock = RunClock()
     conversations = {conversation_name(n): agent_conversation(n, config) for n in config.requests}
     shapes = {
         name: _shape(conv, n, config)
@@ -382,25 +383,15 @@ def run_agent_turns(
             "conversations": per_conversation,
         }
         log(f"  {tool.label} @ {tool.max_tokens:,}: {time.perf_counter() - begun:.1f} s")
-    machine = machine_info()
-    machine["packages"] = _versions()
+    machine = machine_info(PACKAGES)
     results: dict[str, Any] = {
-        "meta": {
-            "mode": config.mode,
-            "started_utc": started_utc,
-            "command": command or "python -m bench.agent_turns",
-            "config": asdict(config),
-            "machine": machine,
-            "source": _source(),
-            "load_average_start": load_at_start,
-            "json_name": "",
-        },
+        "meta": clock.meta(
+            config, command or "python -m bench.agent_turns", machine, source=git_source()
+        ),
         "conversations": shapes,
         "tools": tools,
     }
-    results["meta"]["runtime_s"] = time.perf_counter() - started
-    results["meta"]["load_average_end"] = load_average()
-    return results
+    return clock.finish(results)
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,6 +443,7 @@ _HEADER = [
 ]
 
 
+# long: the method and column notes are one block of prose; the tables are helpers
 def render_markdown(results: dict[str, Any]) -> str:
     meta, shapes, tools = results["meta"], results["conversations"], results["tools"]
     cfg = meta["config"]
@@ -502,7 +494,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "budget*: views over max_tokens by the same counter (goal 0). *Invalid*: "
         "views with an error from `langmem_ext.validate` (orphaned or unanswered tool calls, "
         "first non-system message not human, ...; goal 0). *Prefix kept*: share of consecutive "
-        "calls whose previous view is a prefix of the next (`bench.common.is_prefix`). *Tokens "
+        "calls whose previous view is a prefix of the next (`bench.harness.is_prefix`). *Tokens "
         "per call*: median view tokens over every call; *tokens sent*: their sum. *Time in "
         "tool*: wall time of the tool's calls, the fake summarizer's own time excluded "
         "(informational).",
@@ -510,6 +502,15 @@ def render_markdown(results: dict[str, Any]) -> str:
         "## Conversations",
         "",
     ]
+    lines += _conversation_lines(shapes)
+    lines += _budget_lines(cfg, tools)
+    lines += ["", "---", "", f"Machine-readable results: `{meta['json_name']}`.", ""]
+    return "\n".join(lines)
+
+
+def _conversation_lines(shapes: Any) -> list[str]:
+    """The table of the conversations' shapes."""
+    lines: list[str] = []
     rows = [
         [
             name,
@@ -524,7 +525,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         ]
         for name, s in shapes.items()
     ]
-    lines += _table(
+    lines += md_table(
         [
             "conversation",
             "model calls",
@@ -538,6 +539,12 @@ def render_markdown(results: dict[str, Any]) -> str:
         ],
         rows,
     )
+    return lines
+
+
+def _budget_lines(cfg: Any, tools: Any) -> list[str]:
+    """One section per budget, then any errors."""
+    lines: list[str] = []
     for budget in cfg["budgets"]:
         at = [t for t in tools.values() if t["max_tokens"] == budget]
         lines += [
@@ -546,13 +553,13 @@ def render_markdown(results: dict[str, Any]) -> str:
             "",
             "All conversations together:",
             "",
-            *_table(["tool", *_HEADER], [_row(t["label"], t["total"]) for t in at]),
+            *md_table(["tool", *_HEADER], [_row(t["label"], t["total"]) for t in at]),
             "",
             "Goals met (✓) or not (✗):",
             "",
         ]
         goals = list(at[0]["total"]["goals"]) if at else []
-        lines += _table(
+        lines += md_table(
             ["tool", *goals],
             [[t["label"]] + ["✓" if t["total"]["goals"][g] else "✗" for g in goals] for t in at],
         )
@@ -560,7 +567,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         rows = [
             _row(f"{t['label']} · {name}", r) for t in at for name, r in t["conversations"].items()
         ]
-        lines += _table(["tool · conversation", *_HEADER], rows)
+        lines += md_table(["tool · conversation", *_HEADER], rows)
     errors = [
         (key, name, r["error"])
         for key, t in tools.items()
@@ -570,13 +577,11 @@ def render_markdown(results: dict[str, Any]) -> str:
     if errors:
         lines += ["", "## Errors", ""]
         lines += [f"- `{key}` on {name}: {e}" for key, name, e in errors]
-    lines += ["", "---", "", f"Machine-readable results: `{meta['json_name']}`.", ""]
-    return "\n".join(lines)
+    return lines
 
 
-def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
-    """Write ``<stem>.md`` and ``<stem>.json`` (the shared writer, with this report)."""
-    return run.write_results(results, out_dir, stem, render=render_markdown)
+#: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json`` of this benchmark
+write_results = results_writer(render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -593,8 +598,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs=(FULL, QUICK),
         run=run_agent_turns,
         write=write_results,
-        stem=lambda mode: "agent_turns" if mode == "full" else f"agent_turns_{mode}",
-        default_out=DEFAULT_OUT,
     )
 
 

@@ -17,13 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tiktoken
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langmem_ext import TiktokenCounter

@@ -19,7 +19,7 @@ the past ("previously strict vegan", "previously NYC and Austin") match messages
 past fact (him going vegan, living in or moving from NYC / Austin). Both roles count: an assistant
 turn that restates a fact ("As a sustainability consultant who just quit corporate architecture")
 is evidence, but patterns require the stated value, so an assistant question about a topic does
-not match. :data:`FACT_ROLES` lists the facts restricted to one role (none at present).
+not match.
 
 Limits
 ------
@@ -644,9 +644,6 @@ CRI_FACT_MATCHERS: dict[str, dict[str, Alternatives | None]] = {
     },
 }
 
-#: (query_id, fact) -> roles whose messages may count; facts not listed count both roles.
-FACT_ROLES: dict[tuple[str, str], frozenset[str]] = {}
-
 #: Style facts that no message states; their matchers list turns that *show* the trait.
 EXHIBITED_FACTS: frozenset[tuple[str, str]] = frozenset(
     {
@@ -655,6 +652,7 @@ EXHIBITED_FACTS: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
+#: the roles whose messages count as evidence (every fact: no fact is restricted to one role)
 _BOTH_ROLES = frozenset({"user", "assistant"})
 
 
@@ -684,12 +682,11 @@ def fact_evidence(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, tupl
             if alternatives is None:
                 out[qid][fact] = ()
                 continue
-            roles = FACT_ROLES.get((qid, fact), _BOTH_ROLES)
             out[qid][fact] = tuple(
                 sorted(
                     mid
                     for mid, role, text in texts
-                    if role in roles and _matches(text, alternatives)
+                    if role in _BOTH_ROLES and _matches(text, alternatives)
                 )
             )
     return out

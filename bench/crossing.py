@@ -31,16 +31,11 @@ would have had to). Reported: p50 / p99 / max of the crossing calls and of all c
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -49,11 +44,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from bench.env import load_average, machine_info
-from langmem_ext import ApproximateCounter, SummaryBuffer
+from bench.harness import RunClock, bench_main, log_progress, results_writer
+from langmem_ext import ApproximateCounter, FoldPolicy, SummaryBuffer
 from langmem_ext.summarize.summarizer import Summarizer
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True)
@@ -147,8 +140,10 @@ def _langmem_ext(
         config.budget,
         summarizer=summarizer,
         counter=ApproximateCounter(),
-        prefetch_tokens=int(config.budget * config.prefetch_ratio) if background else None,
-        retry_in_call=retry_in_call,
+        policy=FoldPolicy(
+            prefetch_tokens=int(config.budget * config.prefetch_ratio) if background else None,
+            retry_in_call=retry_in_call,
+        ),
     )
     state: list[Any] = [None]
     crossed = [False]
@@ -290,8 +285,9 @@ def _failing(config: CrossingConfig) -> list[dict[str, Any]]:
     return rows
 
 
-def run(config: CrossingConfig) -> dict[str, Any]:
-    started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+def run(config: CrossingConfig, command: str = "") -> dict[str, Any]:
+    """Every tool in both rhythms, then the failing summarizer; the JSON-ready results."""
+    clock = RunClock()
     added = chat(config.calls)
     factories: list[Callable[[], Tool]] = [
         lambda: _langmem_ext(config, background=False),
@@ -304,21 +300,20 @@ def run(config: CrossingConfig) -> dict[str, Any]:
         rows = []
         for factory in factories:
             tool = factory()
-            print(f"  {rhythm}: {tool.label}", file=sys.stderr, flush=True)
+            log_progress(f"  {rhythm}: {tool.label}")
             rows.append(run_tool(tool, added, gap))
         rhythms[rhythm] = rows
-    return {
-        "meta": {
-            "config": asdict(config),
-            "started_utc": started_utc,
-            "command": "python -m bench.crossing" + (" --quick" if config.mode == "quick" else ""),
-            "machine": machine_info(),
-            "load_average": load_average(),
-            "threads": threading.active_count(),
-        },
+    results = {
+        "meta": clock.meta(
+            config,
+            command or "python -m bench.crossing",
+            load_average=clock.load_at_start,
+            threads=threading.active_count(),
+        ),
         "rhythms": rhythms,
         "failing": _failing(config),
     }
+    return clock.finish(results)
 
 
 def _cell(spread: dict[str, Any], key: str) -> str:
@@ -371,19 +366,20 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json`` of this benchmark
+write_results = results_writer(render_markdown)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.crossing", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a small smoke run")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    config = QUICK if args.quick else FULL
-    results = run(config)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "crossing_quick" if args.quick else "crossing"
-    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / f"{stem}.md").write_text(render_markdown(results))
-    print(render_markdown(results))
-    return 0
+    return bench_main(
+        argv,
+        module="bench.crossing",
+        description=__doc__ or "",
+        quick_help="a small smoke run",
+        configs=(FULL, QUICK),
+        run=run,
+        write=write_results,
+    )
 
 
 if __name__ == "__main__":

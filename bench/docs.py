@@ -19,45 +19,36 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import agent_turns, growth, report, retrieval, summaries
-from bench.env import ROOT
-from bench.report import format_seconds, provenance_lines
-from bench.static import STATIC_METHODS
+from bench import agent_turns, growth, report, retrieval_config, retrieval_report, summaries
+from bench.docs_plots import (
+    _plot_style,
+    plot_agent_turns,
+    plot_growth,
+    plot_retrieval,
+    plot_summaries,
+    plot_token_budget,
+)
+from bench.harness import ROOT, provenance_lines
+from bench.retrieval_config import HEADLINE
 
 __all__ = ["BENCHMARKS", "Benchmark", "Found", "build", "find_results", "main", "render_page"]
 
+
 DEFAULT_RESULTS = ROOT / "bench" / "results"
+
+
 DEFAULT_OUT = ROOT / "docs"
+
+
 PAGE = "benchmarks.md"
+
+
 IMG_DIR = "img"
-
-#: plot settings: fixed pixel sizes (inches x DPI), no version or date in the PNG
-DPI = 110
-SAVE_METADATA: dict[str, Any] = {"Software": None}
-
-#: colours: langmem_ext in blues and greens, the other libraries in orange and red (hatched)
-OURS = "#1f77b4"
-ANCHOR = "#d62728"
-BASELINE_GREY = "#7f7f7f"
-TOOL_COLORS = {
-    "SummaryBuffer": "#1f77b4",
-    "Compacting": "#2ca02c",
-    "TieredSummary": "#9467bd",
-    "ToolDigest": "#17becf",
-    "summarize_messages": "#ff7f0e",
-    "SummarizationMiddleware": "#d62728",
-}
-ANCHOR_HATCH = "//"
-
-
-# --------------------------------------------------------------------------------------------
-# finding the results
 
 
 @dataclass(frozen=True)
@@ -103,10 +94,6 @@ def find_results(results_dir: Path) -> dict[str, Found]:
         rank = (found.full, str(meta.get("started_utc", "")), path.stem == stems[module], path.name)
         candidates.setdefault(module, []).append((rank, found))
     return {m: max(c, key=lambda item: item[0])[1] for m, c in candidates.items()}
-
-
-# --------------------------------------------------------------------------------------------
-# the tables: sections of each benchmark's own report
 
 
 def _trimmed(lines: list[str]) -> list[str]:
@@ -195,539 +182,6 @@ def picked_sections(markdown: str, picks: Sequence[Pick]) -> list[str]:
             body = pick.keep(sections[title]) if pick.keep else sections[title]
             out += ["", f"### {title}", "", *_demoted(body)]
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# plots
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-@contextmanager
-def _plot_style() -> Iterator[None]:
-    """matplotlib's defaults (whatever a matplotlibrc says), small fonts."""
-    plt = _pyplot()
-    with plt.style.context("default"), plt.rc_context({"font.size": 8, "axes.titlesize": 9}):
-        yield
-
-
-def _new_figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw: Any) -> Any:
-    return _pyplot().subplots(rows, cols, figsize=(width, height), layout="constrained", **kw)
-
-
-def _save(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, metadata=SAVE_METADATA)
-    _pyplot().close(fig)
-
-
-def _tool_color(label: str) -> str:
-    return next((c for name, c in TOOL_COLORS.items() if name in label), OURS)
-
-
-def _legend_handles(anchor_text: str, ours_text: str = "langmem_ext (solid)") -> list[Any]:
-    from matplotlib.patches import Patch
-
-    return [
-        Patch(facecolor="white", edgecolor="black", label=ours_text),
-        Patch(facecolor="white", edgecolor="black", hatch=ANCHOR_HATCH, label=anchor_text),
-    ]
-
-
-@dataclass(frozen=True)
-class _Bar:
-    label: str
-    value: float
-    color: str
-    anchor: bool
-    text: str
-    #: bars of one group (one budget) stand together; a thin rule separates the groups
-    group: str = ""
-
-
-def _hbars(
-    ax: Any,
-    bars: Sequence[_Bar],
-    *,
-    title: str,
-    xlabel: str,
-    ref: float | None = None,
-    ref_label: str = "",
-    labels: bool = True,
-    xmax: float | None = None,
-) -> None:
-    """Horizontal bars, first on top; anchors hatched and their labels marked "(anchor)"."""
-    y = list(range(len(bars)))[::-1]
-    for pos, bar in zip(y, bars, strict=True):
-        ax.barh(
-            pos,
-            bar.value,
-            color=bar.color,
-            hatch=ANCHOR_HATCH if bar.anchor else None,
-            edgecolor="black" if bar.anchor else bar.color,
-            linewidth=0.6,
-            alpha=0.9,
-        )
-        ax.text(bar.value, pos, " " + bar.text, va="center", ha="left", fontsize=7)
-    for i in range(1, len(bars)):
-        if bars[i].group != bars[i - 1].group:
-            ax.axhline(y[i] + 0.5, color="grey", linewidth=0.6)
-    top = xmax if xmax is not None else max([b.value for b in bars] + [ref or 0.0, 1e-9]) * 1.3
-    ax.set_xlim(0, top)
-    ax.set_yticks(y)
-    if labels:
-        ax.set_yticklabels([b.label + (" (anchor)" if b.anchor else "") for b in bars])
-    else:
-        ax.tick_params(axis="y", labelleft=False)
-    if ref is not None:
-        ax.axvline(ref, color="black", linestyle=":", linewidth=1)
-        ax.text(ref, len(bars) - 0.45, f"{ref_label} ", fontsize=7, va="bottom", ha="right")
-    ax.set_ylim(-0.6, len(bars) - 0.1)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.grid(axis="x", alpha=0.3)
-
-
-def plot_token_budget(results: dict[str, Any], path: Path) -> str:
-    """Per-call time against history length (static histories), and the agent loop's mean time
-    per call over all calls and over the last 10% (the longest histories)."""
-    static, loop = results["static"], results["loop"]
-    fig, (left, right) = _new_figure(11.0, 4.6, 1, 2, width_ratios=[1.0, 1.25])
-    sizes = [row["n"] for row in static["rows"]]
-    styles = {
-        "trim_tiktoken": ("#d62728", "--", "s", True),
-        "trim_approx": ("#ff7f0e", "--", "s", True),
-        "budget_tiktoken_cold": ("#9ecae1", "-", "o", False),
-        "budget_tiktoken_warm": ("#1f77b4", "-", "o", False),
-        "budget_approx_cold": ("#a1d99b", "-", "^", False),
-        "budget_approx_warm": ("#2ca02c", "-", "^", False),
-    }
-    for key, label in STATIC_METHODS.items():
-        color, style, marker, anchor = styles[key]
-        times_ms = [row[key]["median_s"] * 1e3 for row in static["rows"]]
-        left.plot(
-            sizes,
-            times_ms,
-            linestyle=style,
-            marker=marker,
-            color=color,
-            label=label + (" (anchor)" if anchor else ""),
-        )
-    left.set_xscale("log")
-    left.set_yscale("log")
-    left.set_xticks(sizes, [f"{n:,}" for n in sizes])
-    left.set_ylim(0.1, 3e4)  # room for the legend above the lines
-    left.set_xlabel("history length n (messages)")
-    left.set_ylabel("median time per call (ms, log scale)")
-    left.set_title(f"A. Static histories, budget {static['budget']:,} tokens")
-    left.grid(alpha=0.3, which="both")
-    left.legend(fontsize=6.5, loc="upper left")
-
-    methods = list(loop["methods"].values())
-    y = list(range(len(methods)))[::-1]
-    height = 0.38
-    for pos, m in zip(y, methods, strict=True):
-        anchor = m["family"] != "budget"
-        color = ANCHOR if anchor else OURS
-        for shift, value, alpha in (
-            (height / 2, m["timing"]["per_call_mean_s"], 0.95),
-            (-height / 2, m["timing"]["last_decile_per_call_mean_s"], 0.45),
-        ):
-            right.barh(
-                pos + shift,
-                value * 1e3,
-                height=height,
-                color=color,
-                alpha=alpha,
-                hatch=ANCHOR_HATCH if anchor else None,
-                edgecolor="black" if anchor else color,
-                linewidth=0.6,
-            )
-            right.text(value * 1e3, pos + shift, " " + format_seconds(value), va="center")
-    right.set_xscale("log")
-    right.set_xlim(0.05, 2_000)
-    right.set_yticks(
-        y, [m["label"] + (" (anchor)" if m["family"] != "budget" else "") for m in methods]
-    )
-    right.set_xlabel("mean time per call (ms, log scale)")
-    right.set_title(
-        f"B. Agent loop: {loop['model_calls']:,} calls, history grows to "
-        f"{loop['final_history_messages']:,} messages\n"
-        f"dark: all calls (mean history {loop['mean_history_messages']:,.0f}); "
-        "light: last 10% of calls"
-    )
-    right.grid(axis="x", alpha=0.3)
-    right.legend(
-        handles=_legend_handles("anchor: trim_messages (hatched)", "langmem_ext TokenBudget"),
-        loc="lower right",
-        fontsize=7,
-    )
-    fig.suptitle("TokenBudget vs trim_messages: time per call as the history grows")
-    _save(fig, path)
-    return (
-        "Left: median time per call against history length on static histories (log-log); "
-        "right: the agent loop's mean time per call, over all calls and over the last 10% of "
-        "calls. Dashed lines and hatched bars are the anchors (trim_messages)."
-    )
-
-
-def _tool_panels(
-    fig: Any, axes: Any, tools: Any, panels: Any, *, cols: int, percent_max: float
-) -> None:
-    """One bar panel per (value, format, title, x label, reference, reference label) of
-    ``panels``, ``cols`` to a row (tool names on the first column), and the anchors' legend."""
-    for i, (value, fmt, title, xlabel, ref, ref_label) in enumerate(panels):
-        _hbars(
-            axes[i // cols][i % cols],
-            _tool_bars(tools, value, fmt),
-            title=title,
-            xlabel=xlabel,
-            ref=ref,
-            ref_label=ref_label,
-            labels=i % cols == 0,
-            xmax=percent_max if "%" in xlabel else None,
-        )
-    fig.legend(
-        handles=_legend_handles("anchor: langmem / langchain (hatched)"),
-        loc="outside lower center",
-        ncols=2,
-    )
-
-
-def _tool_bars(
-    tools: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], float], text: str
-) -> list[_Bar]:
-    return [
-        _Bar(
-            label=f"{t['label']} @ {t['max_tokens']:,}",
-            value=value(t),
-            color=_tool_color(t["label"]),
-            anchor=t["family"] != "langmem_ext",
-            text=text.format(value(t)),
-            group=str(t["max_tokens"]),
-        )
-        for t in tools
-    ]
-
-
-def plot_summaries(results: dict[str, Any], path: Path) -> str:
-    """Per tool and budget: summarizer input ÷ conversation, prefix kept, messages never
-    summarized, and broken model inputs."""
-    tools = sorted(results["tools"].values(), key=lambda t: t["max_tokens"])
-    conv = results["conversation"]
-    fig, axes = _new_figure(12.0, 7.6, 2, 2)
-    panels = (
-        (
-            lambda t: t["summarizer"]["input_ratio"],
-            "{:.2f}x",
-            "Summarizer input ÷ conversation tokens",
-            "ratio (x)",
-            summaries.INPUT_RATIO_LIMIT,
-            f"goal ≤ {summaries.INPUT_RATIO_LIMIT:g}x",
-        ),
-        (
-            lambda t: t["prefix"]["fraction"] * 100,
-            "{:.1f}%",
-            "Prefix kept (previous view is a prefix of the next)",
-            "share of model calls (%)",
-            summaries.PREFIX_TARGET * 100,
-            f"goal ≥ {summaries.PREFIX_TARGET:.0%} at {summaries.HEADLINE_MAX_TOKENS:,}",
-        ),
-        (
-            lambda t: float(t["dropped"]["never_summarized"]),
-            "{:,.0f}",
-            f"Messages that left the view unread (of {conv['messages']:,})",
-            "messages never summarized",
-            None,
-            "",
-        ),
-        (
-            lambda t: float(t["validity"]["broken"]),
-            "{:,.0f}",
-            f"Broken model inputs (of {conv['model_calls']:,} views)",
-            "views with a validate() error",
-            None,
-            "",
-        ),
-    )
-    _tool_panels(fig, axes, tools, panels, cols=2, percent_max=112.0)
-    fig.suptitle(
-        f"Summarizing memory on agent_loop({conv['loop_n']:,}): {conv['model_calls']:,} model "
-        f"calls, {conv['tokens']:,} conversation tokens, one fake summarizer for all"
-    )
-    _save(fig, path)
-    return (
-        "Per tool and max_tokens: summarizer input over conversation tokens, share of calls "
-        "whose view keeps the previous one as a prefix, messages that left the view without "
-        "being summarized, and views with a `langmem_ext.validate` error. Hatched bars are the "
-        "anchors (langmem, LangChain)."
-    )
-
-
-def plot_agent_turns(results: dict[str, Any], path: Path) -> str:
-    """Per tool and budget, all conversations together: the goals' figures."""
-    tools = sorted(results["tools"].values(), key=lambda t: t["max_tokens"])
-    calls = tools[0]["total"]["model_calls"] if tools else 0
-    fig, axes = _new_figure(13.0, 8.4, 2, 3)
-    panels = (
-        (
-            lambda t: t["total"]["input_ratio"],
-            "{:.2f}x",
-            "Summarizer input ÷ conversation tokens",
-            "ratio (x)",
-            agent_turns.INPUT_RATIO_GOAL,
-            f"goal ≤ {agent_turns.INPUT_RATIO_GOAL:g}x",
-        ),
-        (
-            lambda t: float(t["total"]["left_unseen"]),
-            "{:,.0f}",
-            "Messages left unseen (goal 0)",
-            "messages",
-            None,
-            "",
-        ),
-        (
-            lambda t: t["total"]["request_kept_share"] * 100,
-            "{:.1f}%",
-            "Newest request verbatim in the view (goal 100%)",
-            "share of model calls (%)",
-            None,
-            "",
-        ),
-        (
-            lambda t: float(t["total"]["over_budget"]),
-            "{:,.0f}",
-            "Views over max_tokens (goal 0)",
-            f"views (of {calls:,})",
-            None,
-            "",
-        ),
-        (
-            lambda t: float(t["total"]["invalid"]),
-            "{:,.0f}",
-            "Views with a validate() error (goal 0)",
-            f"views (of {calls:,})",
-            None,
-            "",
-        ),
-        (
-            lambda t: t["total"]["prefix_share"] * 100,
-            "{:.1f}%",
-            "Prefix kept (informational)",
-            "share of consecutive calls (%)",
-            None,
-            "",
-        ),
-    )
-    _tool_panels(fig, axes, tools, panels, cols=3, percent_max=118.0)
-    shapes = results["conversations"]
-    fig.suptitle(
-        f"Long agent turns: {len(shapes)} conversations, {calls:,} model calls, "
-        f"{sum(s['tool_rounds'] for s in shapes.values()):,} tool rounds; per tool @ max_tokens"
-    )
-    _save(fig, path)
-    return (
-        "All conversations together, per tool and max_tokens: summarizer input, messages left "
-        "unseen, calls whose view holds the newest request verbatim, views over budget, views "
-        "with a `langmem_ext.validate` error, and prefix stability. Hatched bars are the anchors "
-        "(langmem, LangChain)."
-    )
-
-
-def plot_growth(results: dict[str, Any], path: Path) -> str:
-    """Latest checkpoint size after every turn, and the median time per turn."""
-    configs = results["configs"]
-    fig, (left, right) = _new_figure(11.0, 4.4, 1, 2, width_ratios=[1.4, 1.0])
-    styles = {
-        "none": (BASELINE_GREY, "--"),
-        "view": ("#9467bd", "-"),
-        "rewrite": (OURS, "-"),
-    }
-    for key, cfg in configs.items():
-        color, style = styles.get(key, (OURS, "-"))
-        sizes = [b / 1e3 for b in cfg["latest_checkpoint_bytes"]]
-        label = cfg["label"] + (" (baseline)" if key == "none" else "")
-        left.plot(
-            range(1, len(sizes) + 1),
-            sizes,
-            linestyle=style,
-            color=color,
-            linewidth=2.2 if key == "none" else 1.2,
-            label=label,
-        )
-    left.set_xlabel("turn (one human message and one AI answer)")
-    left.set_ylabel("latest checkpoint (kB)")
-    left.set_title("Latest checkpoint size after each turn (SqliteSaver)")
-    left.grid(alpha=0.3)
-    left.legend(loc="upper left")
-
-    keys = list(configs)
-    y = list(range(len(keys)))[::-1]
-    height = 0.38
-    for pos, key in zip(y, keys, strict=True):
-        timing = configs[key]["timing"]
-        baseline = key == "none"
-        color = styles.get(key, (OURS, "-"))[0]
-        for shift, value, alpha in (
-            (height / 2, timing["median_turn_s"], 0.95),
-            (-height / 2, timing["median_last_tenth_s"], 0.45),
-        ):
-            right.barh(
-                pos + shift,
-                value * 1e3,
-                height=height,
-                color=color,
-                alpha=alpha,
-                hatch=ANCHOR_HATCH if baseline else None,
-                edgecolor="black" if baseline else color,
-                linewidth=0.6,
-            )
-            right.text(value * 1e3, pos + shift, f" {value * 1e3:.1f} ms", va="center")
-    right.set_yticks(
-        y, [configs[k]["label"] + (" (baseline)" if k == "none" else "") for k in keys]
-    )
-    top = max(c["timing"]["median_last_tenth_s"] for c in configs.values()) * 1e3
-    right.set_xlim(0, top * 1.3)
-    right.set_xlabel("median time per turn (ms), graph.invoke")
-    right.set_title("Time per turn; dark: all turns, light: last 10% of turns")
-    right.grid(axis="x", alpha=0.3)
-    fig.suptitle(
-        f"Checkpoint growth over {results['conversation']['turns']:,} turns: MemoryNode vs no "
-        "memory (hatched/dashed: baseline without memory)"
-    )
-    _save(fig, path)
-    return (
-        "Left: size of the newest checkpoint row after every turn; right: median time per "
-        "turn over the whole run and over its last 10%. The dashed line and hatched bars are "
-        "the baseline: the same graph with no memory node."
-    )
-
-
-def plot_retrieval(results: dict[str, Any], path: Path) -> str:
-    """Evidence in the input per configuration and data set, and answer turns in the input
-    against the issue's figures."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    evidence = results["evidence"]
-    datasets = list(evidence)
-    configs = list(evidence[datasets[0]]) if datasets else []
-    titles = [retrieval.DATASET_TITLES.get(n, n) for n in datasets]
-    palette = ("#1f77b4", "#6baed6", "#ff7f0e", "#fdae6b", "#2ca02c")
-    colors = [palette[i % len(palette)] for i in range(len(datasets))]
-    fig, (left, right) = _new_figure(13.0, 6.2, 1, 2, width_ratios=[1.3, 1.0])
-    step = 0.8 / max(len(datasets), 1)
-    y = list(range(len(configs)))[::-1]
-    for d, name in enumerate(datasets):
-        for pos, config in zip(y, configs, strict=True):
-            value = (evidence[name][config]["evidence_available"] or 0.0) * 100
-            baseline = config == retrieval.BASELINE
-            left.barh(
-                pos + 0.4 - step * (d + 0.5),
-                value,
-                height=step,
-                color=colors[d],
-                hatch=ANCHOR_HATCH if baseline else None,
-                edgecolor="black" if baseline else colors[d],
-                linewidth=0.5,
-            )
-    target = retrieval.EVIDENCE_TARGET * 100
-    left.axvline(target, color="black", linestyle=":", linewidth=1)
-    left.set_yticks(
-        y, [c + (" (baseline, no retrieval)" if c == retrieval.BASELINE else "") for c in configs]
-    )
-    left.set_ylim(-0.6, len(configs) - 0.4)
-    left.set_xlim(0, 105)
-    left.set_xlabel("questions with evidence in the model's input (%)")
-    left.set_title(
-        f"Evidence available, {results['meta']['config']['budget']:,} tokens for the request"
-    )
-    left.grid(axis="x", alpha=0.3)
-    handles: list[Any] = [Patch(facecolor=c, label=t) for c, t in zip(colors, titles, strict=True)]
-    handles += [
-        Patch(facecolor="white", edgecolor="black", hatch=ANCHOR_HATCH, label="baseline"),
-        Line2D(
-            [],
-            [],
-            color="black",
-            linestyle=":",
-            label=f"issue's target > {retrieval.EVIDENCE_TARGET:.0%} (judged on A, A', B)",
-        ),
-    ]
-    left.legend(
-        handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=2, fontsize=7
-    )
-
-    yd = list(range(len(datasets)))[::-1]
-    for pos, name in zip(yd, datasets, strict=True):
-        cells = evidence[name]
-        for shift, config, color, hatch in (
-            (0.2, retrieval.BASELINE, BASELINE_GREY, ANCHOR_HATCH),
-            (-0.2, retrieval.HEADLINE, OURS, None),
-        ):
-            value = (cells[config]["answer_turns_in_input"] or 0.0) * 100
-            right.barh(
-                pos + shift,
-                value,
-                height=0.38,
-                color=color,
-                hatch=hatch,
-                edgecolor="black" if hatch else color,
-                linewidth=0.5,
-            )
-            right.text(value, pos + shift, f" {value:.1f}%", va="center", fontsize=7)
-    issue: tuple[tuple[float, Any, str], ...] = (
-        (retrieval.ANCHOR_TRIMMED_SHARE, ":", "issue, trimmed 4k view"),
-        (retrieval.ANCHOR_HYBRID_SHARE, "--", "issue, hybrid top-5 (about)"),
-    )
-    for value, style, _ in issue:
-        right.axvline(value * 100, color=ANCHOR, linestyle=style, linewidth=1.2)
-    right.set_yticks(yd, titles)
-    right.set_ylim(-0.6, len(datasets) - 0.4)
-    right.set_xlim(0, 115)
-    right.set_xlabel("evidence messages in the model's input (% of all)")
-    right.set_title("Answer turns in the input (red: the issue's figures)")
-    right.grid(axis="x", alpha=0.3)
-    right.legend(
-        handles=[
-            Patch(
-                facecolor=BASELINE_GREY,
-                edgecolor="black",
-                hatch=ANCHOR_HATCH,
-                label="baseline: " + retrieval.BASELINE,
-            ),
-            Patch(facecolor=OURS, label=retrieval.HEADLINE.replace("TokenBudget + ", "")),
-            *(
-                Line2D([], [], color=ANCHOR, linestyle=style, label=f"{text}: {value:.1%}")
-                for value, style, text in issue
-            ),
-        ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.1),
-        fontsize=7,
-    )
-    fig.suptitle(
-        "Retrieval memory: evicted evidence brought back (no other library is run here; "
-        "the baseline is TokenBudget alone)"
-    )
-    _save(fig, path)
-    return (
-        "Left: share of questions with evidence in the model's input, per configuration and "
-        "data set, against the issue's 70% target; right: share of evidence messages in the "
-        "input, TokenBudget alone (hatched baseline) and with hybrid retrieval, against the "
-        "figures quoted in the issue (red lines)."
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# per benchmark: what it measures, its anchors, its verdict
 
 
 def _families_other_than(tools: dict[str, Any], ours: str) -> list[str]:
@@ -831,7 +285,7 @@ def _status_growth(results: dict[str, Any]) -> str:
 def _status_retrieval(results: dict[str, Any]) -> str:
     out = []
     for t in results["targets"]:
-        title = retrieval.DATASET_TITLES.get(t["dataset"], t["dataset"])
+        title = retrieval_config.DATASET_TITLES.get(t["dataset"], t["dataset"])
         value = t["checks"][0]["value"]
         verdict = "met" if t["checks"][0]["passed"] else "**not met**"
         missed = [c["name"] for c in t["checks"][1:] if not c["passed"]]
@@ -839,26 +293,28 @@ def _status_retrieval(results: dict[str, Any]) -> str:
             verdict += "; not met: " + "; ".join(missed)
         out.append(f"{title}: {_pct(value)} ({verdict})")
     judged = {t["dataset"] for t in results["targets"]}
-    unjudged = [retrieval.DATASET_TITLES.get(n, n) for n in results["evidence"] if n not in judged]
+    unjudged = [
+        retrieval_config.DATASET_TITLES.get(n, n) for n in results["evidence"] if n not in judged
+    ]
     text = (
-        f"evidence available > {retrieval.EVIDENCE_TARGET:.0%} with hybrid retrieval: "
+        f"evidence available > {retrieval_config.EVIDENCE_TARGET:.0%} with hybrid retrieval: "
         + "; ".join(out)
     )
     if unjudged:
         text += "; reported, not judged: " + ", ".join(
-            f"{name} {_pct(results['evidence'][n][retrieval.HEADLINE]['evidence_available'])}"
+            f"{name} {_pct(results['evidence'][n][HEADLINE]['evidence_available'])}"
             for name, n in zip(
                 unjudged, [n for n in results["evidence"] if n not in judged], strict=True
             )
         )
     issue = ", ".join(
-        f"{retrieval.DATASET_TITLES.get(n, n).split('.')[0]} "
-        f"{_pct(cells[retrieval.HEADLINE]['answer_turns_in_input'] or 0.0)}"
+        f"{retrieval_config.DATASET_TITLES.get(n, n).split('.')[0]} "
+        f"{_pct(cells[retrieval_config.HEADLINE]['answer_turns_in_input'] or 0.0)}"
         for n, cells in results["evidence"].items()
     )
     return (
         f"{text}; answer turns in the input with hybrid retrieval: {issue}, against about "
-        f"{retrieval.ANCHOR_HYBRID_SHARE:.0%} quoted in the issue (compared in kind only)"
+        f"{retrieval_config.ANCHOR_HYBRID_SHARE:.0%} quoted in the issue (compared in kind only)"
     )
 
 
@@ -945,7 +401,7 @@ def _anchors_growth(results: dict[str, Any]) -> list[str]:
 
 
 def _anchors_retrieval(results: dict[str, Any]) -> list[str]:
-    return [f"{retrieval.BASELINE} (baseline: no retrieval)", "the issue's figures"]
+    return [f"{retrieval_config.BASELINE} (baseline: no retrieval)", "the issue's figures"]
 
 
 @dataclass(frozen=True)
@@ -1034,7 +490,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         module="bench.retrieval",
         stem="retrieval",
         title="Retrieval memory: evicted evidence brought back",
-        render=retrieval.render_markdown,
+        render=retrieval_report.render_markdown,
         picks=(
             Pick("Verdict"),
             Pick("Evidence available", prefix=True, keep=_first_table_per_subsection),
@@ -1046,10 +502,6 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         plot=plot_retrieval,
     ),
 )
-
-
-# --------------------------------------------------------------------------------------------
-# the page
 
 
 def _link(base: str, name: str) -> str:
@@ -1075,6 +527,7 @@ def _slug(number: int, title: str) -> str:
     return kept.replace(" ", "-")
 
 
+# long: the page's fixed introduction (how to rerun, how to read it) is one block of text
 def render_page(found: dict[str, Found], captions: dict[str, str], results_link: str) -> str:
     """The page's markdown: the intro, then per benchmark its tables, plot and provenance.
     ``results_link`` is the results directory relative to the page."""
@@ -1140,6 +593,16 @@ def render_page(found: dict[str, Found], captions: dict[str, str], results_link:
             + ") with different package versions (see each benchmark's provenance): compare "
             "timings within one benchmark, not across benchmarks."
         )
+    lines += _benchmark_sections(captions, found, results_link, present)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _benchmark_sections(
+    captions: dict[str, str], found: dict[str, Found], results_link: str, present: Any
+) -> list[str]:
+    """One section per benchmark: what it measures, its plot, its tables and its provenance."""
+    lines: list[str] = []
     for number, b in enumerate(present, 1):
         found_b = found[b.module]
         results, meta = found_b.results, found_b.meta
@@ -1175,8 +638,7 @@ def render_page(found: dict[str, Found], captions: dict[str, str], results_link:
             + (_link(results_link, md_name) + "; numbers: " if md_exists else "")
             + _link(results_link, found_b.path.name),
         ]
-    lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def build(results_dir: Path, out_dir: Path) -> tuple[Path, list[Path]]:

@@ -35,7 +35,6 @@ measurement to be able to show growth at all).
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import random
 import sqlite3
@@ -43,15 +42,21 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from bench import run
-from bench.common import bench_main, log_progress
-from bench.env import ROOT, load_average, machine_info, package_version
+from bench.harness import (
+    RunClock,
+    bench_main,
+    log_progress,
+    machine_info,
+    md_table,
+    package_version,
+    results_writer,
+)
 
 __all__ = [
     "CONFIGS",
@@ -65,7 +70,6 @@ __all__ = [
     "write_results",
 ]
 
-DEFAULT_OUT = ROOT / "bench" / "results"
 
 #: rewrite mode: max latest-checkpoint size over the late window / over the early window
 FLAT_LIMIT = 1.5
@@ -171,7 +175,6 @@ class _Probe:
     """What the fake model saw at its last call."""
 
     view_messages: int = 0
-    state_messages: int = 0
 
 
 def build_graph(kind: str, config: GrowthConfig, checkpointer: Any) -> tuple[Any, Any, _Probe]:
@@ -186,7 +189,7 @@ def build_graph(kind: str, config: GrowthConfig, checkpointer: Any) -> tuple[Any
     def model(state: MemoryMessagesState) -> dict[str, Any]:
         messages = state["messages"]
         view = messages if kind == "none" else state["llm_input_messages"]
-        probe.view_messages, probe.state_messages = len(view), len(messages)
+        probe.view_messages = len(view)
         turn = str(view[-1].id).removeprefix("h")
         return {"messages": [answers[f"a{turn}"]]}
 
@@ -388,9 +391,7 @@ def run_growth(
     config: GrowthConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
     """Run the three configurations side by side; returns the JSON-ready results with targets."""
-    started = time.perf_counter()
-    started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    load_at_start = load_average()
+    clock = RunClock()
     turns = conversation(config)
     system = SystemMessage("You are a careful assistant for an order-tracking company.", id="sys")
     from langmem_ext import ApproximateCounter
@@ -417,7 +418,7 @@ def run_growth(
                         f"{r.kind} {row['latest_checkpoint_bytes']:,}"
                         for r, row in zip(runs, rows, strict=True)
                     )
-                    + f" bytes ({time.perf_counter() - started:.0f} s)"
+                    + f" bytes ({clock.elapsed:.0f} s)"
                 )
         for r in runs:
             configs[r.kind] = _summary(r, config, r.finish())
@@ -427,15 +428,7 @@ def run_growth(
     )
     machine["sqlite"] = sqlite3.sqlite_version
     results: dict[str, Any] = {
-        "meta": {
-            "mode": config.mode,
-            "started_utc": started_utc,
-            "command": command or "python -m bench.growth",
-            "config": asdict(config),
-            "machine": machine,
-            "load_average_start": load_at_start,
-            "json_name": "",
-        },
+        "meta": clock.meta(config, command or "python -m bench.growth", machine),
         "conversation": {
             "turns": config.turns,
             "messages": 2 * config.turns + 1,
@@ -444,20 +437,11 @@ def run_growth(
         "configs": configs,
     }
     results["targets"] = evaluate_targets(configs)
-    results["meta"]["runtime_s"] = time.perf_counter() - started
-    results["meta"]["load_average_end"] = load_average()
-    return results
+    return clock.finish(results)
 
 
 # --------------------------------------------------------------------------------------------
 # output
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    rule = [":---"] + ["---:"] * (len(header) - 1)
-    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    out.extend("| " + " | ".join(row) + " |" for row in rows)
-    return out
 
 
 def _bytes(value: float | None) -> str:
@@ -519,8 +503,16 @@ def render_markdown(results: dict[str, Any]) -> str:
             value = check["value"]
             shown = _ratio(value) if isinstance(value, float) else str(value)
             rows.append([check["name"], shown, "PASS" if check["passed"] else "FAIL"])
-        lines += _table(["check", "value", "result"], rows)
+        lines += md_table(["check", "value", "result"], rows)
         lines.append("")
+    lines += _summary_lines(configs)
+    lines += [f"Command: `{meta['command']}`; raw numbers in `{meta['json_name']}`.", ""]
+    return "\n".join(lines)
+
+
+def _summary_lines(configs: Any) -> list[str]:
+    """The summary table, then one table per measured quantity over the turns."""
+    lines: list[str] = []
     kinds = list(configs)
     labels = [configs[k]["label"] for k in kinds]
     lines += ["## Summary", ""]
@@ -545,7 +537,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         + [_ms(configs[k]["timing"]["median_last_tenth_s"]) for k in kinds],
         ["total time in invoke"] + [f"{configs[k]['timing']['total_s']:.1f} s" for k in kinds],
     ]
-    lines += _table(["", *labels], summary_rows)
+    lines += md_table(["", *labels], summary_rows)
     lines.append("")
     sections = (
         ("Latest checkpoint", "latest_checkpoint_bytes", _bytes),
@@ -563,15 +555,13 @@ def render_markdown(results: dict[str, Any]) -> str:
             [f"{turn:,}"] + [fmt(configs[k]["reports"][i][key]) for k in kinds]
             for i, turn in enumerate(turns)
         ]
-        lines += _table(["turn", *labels], rows)
+        lines += md_table(["turn", *labels], rows)
         lines.append("")
-    lines += [f"Command: `{meta['command']}`; raw numbers in `{meta['json_name']}`.", ""]
-    return "\n".join(lines)
+    return lines
 
 
-def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
-    """Write ``<stem>.md`` and ``<stem>.json`` (the shared writer, with this report)."""
-    return run.write_results(results, out_dir, stem, render=render_markdown)
+#: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json`` of this benchmark
+write_results = results_writer(render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -587,8 +577,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs=(FULL, QUICK),
         run=run_growth,
         write=write_results,
-        stem=lambda mode: "growth" if mode == "full" else f"growth_{mode}",
-        default_out=DEFAULT_OUT,
     )
 
 

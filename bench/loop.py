@@ -27,10 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, trim_messages
+from langchain_core.messages import BaseMessage, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
 
-from bench.common import is_prefix
 from bench.counters import (
     MODEL,
     CountingTiktokenCounter,
@@ -39,7 +38,7 @@ from bench.counters import (
     make_approx_list_counter,
     make_tiktoken_list_counter,
 )
-from bench.timing import gc_paused
+from bench.harness import gc_paused, is_prefix, newest_human
 from langmem_ext import (
     ApproximateCounter,
     MemoryReport,
@@ -182,10 +181,6 @@ def _build(method: LoopMethod, instrument: bool) -> tuple[Step, Callable[[_Pass]
     return _budget_step(strategy), record_budget
 
 
-def _newest_human(history: list[BaseMessage]) -> BaseMessage | None:
-    return next((m for m in reversed(history) if isinstance(m, HumanMessage)), None)
-
-
 def _run_pass(method: LoopMethod, settings: LoopSettings, *, collect: bool) -> _Pass:
     step, record = _build(method, instrument=collect)
     out = _Pass()
@@ -198,7 +193,7 @@ def _run_pass(method: LoopMethod, settings: LoopSettings, *, collect: bool) -> _
             if collect:
                 out.views.append(view)
                 out.reports.append(report)
-                out.newest_human.append(_newest_human(history))
+                out.newest_human.append(newest_human(history))
                 out.history_lengths.append(len(history))
     record(out)
     return out

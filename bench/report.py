@@ -4,34 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.harness import format_load, format_seconds, md_table, provenance_lines, verdict
 from bench.loop import hysteresis_key
 from bench.static import STATIC_METHODS
 
-__all__ = [
-    "evaluate_targets",
-    "format_load",
-    "format_seconds",
-    "provenance_lines",
-    "render_markdown",
-]
+__all__ = ["evaluate_targets", "render_markdown"]
 
 WARM_SCALING_LIMIT = 2.0
 LOOP_SPEEDUP_TARGET = 100.0
 PREFIX_TARGET = 0.90
 
 
-def format_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.2f} ms" if seconds < 0.01 else f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
-
-
-def _verdict(passed: bool) -> str:
-    return "PASS" if passed else "FAIL"
-
-
+# long: one entry per target (A to D) in the report's order, each with value and threshold
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The benchmark's targets, each with its measured value and verdict."""
     targets: list[dict[str, Any]] = []
@@ -122,18 +106,11 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 # markdown
 
 
-def _table(header: list[str], rows: list[list[str]], align: str | None = None) -> list[str]:
-    spec = align or "l" + "r" * (len(header) - 1)
-    rule = ["---:" if a == "r" else ":---" for a in spec]
-    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    out.extend("| " + " | ".join(row) + " |" for row in rows)
-    return out
-
-
 def _x(value: float) -> str:
     return f"{value:,.0f}x" if value >= 100 else f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
 
 
+# long: one report section: its prose, then its table, in reading order
 def _static_section(static: dict[str, Any]) -> list[str]:
     short = {
         "trim_tiktoken": "trim + tiktoken",
@@ -156,7 +133,7 @@ def _static_section(static: dict[str, Any]) -> list[str]:
     rows = []
     for row in static["rows"]:
         rows.append([f"{row['n']:,}"] + [format_seconds(row[k]["median_s"]) for k in short])
-    lines += _table(["n", *short.values()], rows)
+    lines += md_table(["n", *short.values()], rows)
     lines += ["", "Ratios and work per call:", ""]
     rows = []
     for row in static["rows"]:
@@ -173,7 +150,7 @@ def _static_section(static: dict[str, Any]) -> list[str]:
                 f"{row['view_messages_trim_tiktoken']} / {row['view_messages_budget_tiktoken']}",
             ]
         )
-    lines += _table(
+    lines += md_table(
         [
             "n",
             "trim+tiktoken ÷ TB tiktoken steady",
@@ -240,7 +217,7 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
                 "1x" if key == "trim_tiktoken" else _x(trim_total / timing["total_median_s"]),
             ]
         )
-    lines += _table(
+    lines += md_table(
         [
             "configuration",
             "passes",
@@ -254,6 +231,14 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    lines += _prefix_lines(loop, methods)
+    lines += _validity_lines(methods)
+    return lines
+
+
+def _prefix_lines(loop: dict[str, Any], methods: Any) -> list[str]:
+    """Section C: prefix stability over the same loop."""
+    lines: list[str] = []
     lines += [
         "",
         "*Messages counted*: full per-message counts (for trim_messages, every message its counter "
@@ -276,7 +261,7 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
         reported = prefix.get("report_fraction")
         target = ""
         if m["target_tokens"]:
-            target = _verdict(prefix["fraction"] >= PREFIX_TARGET)
+            target = verdict(prefix["fraction"] >= PREFIX_TARGET)
             if [m["max_tokens"], m["target_tokens"]] == loop["headline_hysteresis"]:
                 target += " (headline)"
         rows.append(
@@ -290,7 +275,7 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
                 target or "–",
             ]
         )
-    lines += _table(
+    lines += md_table(
         [
             "configuration",
             "max / target",
@@ -302,6 +287,12 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    return lines
+
+
+def _validity_lines(methods: Any) -> list[str]:
+    """Section D: the validity of every view in the loop."""
+    lines: list[str] = []
     lines += [
         "",
         "## D. Validity of every view in the loop (untimed)",
@@ -327,7 +318,7 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
                 str(v.get("report_tokens_mismatch", "–")),
             ]
         )
-    lines += _table(
+    lines += md_table(
         [
             "configuration",
             "views",
@@ -340,25 +331,6 @@ def _loop_sections(loop: dict[str, Any]) -> list[str]:
         rows,
     )
     return lines
-
-
-def format_load(values: list[float] | None) -> str:
-    """Load averages as ``"1.00 / 0.50 / 0.25"`` (``"n/a"`` where the OS gives none)."""
-    return " / ".join(f"{v:.2f}" for v in values) if values else "n/a"
-
-
-def provenance_lines(meta: dict[str, Any]) -> list[str]:
-    """The report lines saying when, how and on what a run was made (its ``meta``): the run
-    (time, mode, runtime, command), the machine, and Python with the compared packages."""
-    machine = meta["machine"]
-    packages = ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
-    return [
-        f"- Run: {meta['started_utc']} UTC, {meta['mode']} mode, total runtime "
-        f"{meta['runtime_s']:.0f} s (`{meta['command']}`)",
-        f"- Machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} "
-        f"usable), {machine['platform']}",
-        f"- Python {machine['python']} ({machine['implementation']}); {packages}",
-    ]
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -396,12 +368,12 @@ def render_markdown(results: dict[str, Any]) -> str:
         if t.get("headline") is False:
             # other hysteresis gaps: shown against the same bar, but the target is the headline's
             lines.append(
-                f"- {t['id']} (informational, {_verdict(t['passed'])} at this gap): {t['name']}: "
+                f"- {t['id']} (informational, {verdict(t['passed'])} at this gap): {t['name']}: "
                 f"{shown} ({t['detail']})"
             )
             continue
         lines.append(
-            f"- **{t['id']}: {_verdict(t['passed'])}**: {t['name']}: {shown} "
+            f"- **{t['id']}: {verdict(t['passed'])}**: {t['name']}: {shown} "
             f"(target {t['threshold']}; {t['detail']})"
         )
     lines.append("")

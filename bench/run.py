@@ -7,21 +7,14 @@ for ``--quick``).
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import math
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
-from bench.common import bench_main, log_progress
-from bench.env import ROOT, load_average, machine_info, seed_tiktoken
+from bench.harness import RunClock, bench_main, log_progress, results_writer, seed_tiktoken
+from bench.report import render_markdown
 
 __all__ = ["FULL", "QUICK", "BenchConfig", "main", "run_benchmark", "write_results"]
-
-DEFAULT_OUT = ROOT / "bench" / "results"
 
 
 @dataclass(frozen=True)
@@ -82,9 +75,7 @@ def run_benchmark(
     from bench.static import StaticSettings, run_static
     from langmem_ext.testing import synthetic_history
 
-    started = time.perf_counter()
-    load_at_start = load_average()
-    started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    clock = RunClock()
     checked = check_equivalence(synthetic_history(config.counter_check_messages, seed=config.seed))
     log(f"[bench] {config.mode} run; exact counter matches TiktokenCounter on {checked} messages")
     log("[bench] A. static histories")
@@ -113,61 +104,16 @@ def run_benchmark(
         log,
     )
     results: dict[str, Any] = {
-        "meta": {
-            "mode": config.mode,
-            "started_utc": started_utc,
-            "command": command or "python -m bench",
-            "config": asdict(config),
-            "machine": machine_info(),
-            "load_average_start": load_at_start,
-            "counter_check_messages": checked,
-            "json_name": "",
-        },
+        "meta": clock.meta(config, command or "python -m bench", counter_check_messages=checked),
         "static": static,
         "loop": loop,
     }
     results["targets"] = evaluate_targets(results)
-    results["meta"]["runtime_s"] = time.perf_counter() - started
-    results["meta"]["load_average_end"] = load_average()
-    return results
+    return clock.finish(results)
 
 
-def _rounded(value: Any) -> Any:
-    """Floats to 4 significant digits, so the committed JSON stays small and diffs stay readable."""
-    if isinstance(value, float):
-        if value == 0.0 or not math.isfinite(value):
-            return value
-        return float(f"{value:.4g}")
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_rounded(v) for v in value]
-    return value
-
-
-def write_results(
-    results: dict[str, Any],
-    out_dir: Path,
-    stem: str,
-    render: Callable[[dict[str, Any]], str] | None = None,
-) -> tuple[Path, Path]:
-    """Write ``<stem>.md`` (by ``render``, default this benchmark's report) and ``<stem>.json``
-    into ``out_dir``, atomically via ``*.tmp``. Shared by every benchmark in this package."""
-    if render is None:
-        from bench.report import render_markdown as render
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md_path, json_path = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
-    results["meta"]["json_name"] = json_path.name
-    payloads = {
-        md_path: render(results),
-        json_path: json.dumps(_rounded(results), indent=1, ensure_ascii=False) + "\n",
-    }
-    for path, text in payloads.items():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    return md_path, json_path
+#: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json`` of this benchmark
+write_results = results_writer(render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,5 +127,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         run=run_benchmark,
         write=write_results,
         stem=lambda mode: "latest" if mode == "full" else "quick",
-        default_out=DEFAULT_OUT,
     )

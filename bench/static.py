@@ -18,7 +18,7 @@ from langchain_core.messages import BaseMessage, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
 
 from bench.counters import MODEL, ListCounter, make_tiktoken_list_counter
-from bench.timing import Timing, auto_reps, time_calls
+from bench.harness import Timing, auto_reps, time_calls
 from langmem_ext import ApproximateCounter, MemoryResult, TiktokenCounter, TokenBudget
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.testing import synthetic_history

@@ -35,33 +35,29 @@ time subtracted).
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from functools import partial
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-)
+from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
-from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import ConfigDict
 
-from bench import run
-from bench.common import bench_main, is_prefix, log_progress
-from bench.env import ROOT, load_average, machine_info, package_version
-from bench.report import format_load, format_seconds, provenance_lines
-from bench.timing import gc_paused
+from bench.fakes import _CLIP_NOTE, Conversation, MarkerTrackingSummarizer, _text, marked_loop
+from bench.harness import (
+    RunClock,
+    bench_main,
+    git_source,
+    is_prefix,
+    log_progress,
+    machine_info,
+    newest_human,
+    results_writer,
+)
+from bench.summaries_report import render_markdown
+from bench.summaries_tools import ModelCall, Tool, ToolSettings, ViewTracker, drive, tool_factories
 
 __all__ = [
     "FULL",
@@ -79,12 +75,17 @@ __all__ = [
     "write_results",
 ]
 
-DEFAULT_OUT = ROOT / "bench" / "results"
 
 #: targets for the langmem_ext strategies
 INPUT_RATIO_LIMIT = 1.3
+
+
 CALLS_TOLERANCE = 0.10
+
+
 PREFIX_TARGET = 0.90
+
+
 #: the budget whose prefix stability is the target (as in the TokenBudget benchmark)
 HEADLINE_MAX_TOKENS = 16_000
 
@@ -114,485 +115,67 @@ FULL = SummariesConfig(
     summary_fill=0.8,
     timing_reps=3,
 )
+
+
 QUICK = replace(FULL, mode="quick", loop_n=300, timing_reps=1)
 
 
-class ToolSettings(Protocol):
-    """What the tool builders read from a config: :class:`SummariesConfig`, or the config of
-    another benchmark that drives the same tools (``bench.agent_turns``)."""
+@dataclass
+class _ViewChecks:
+    """What :func:`run_tool` checks at every model call (not timed): the view's size against the
+    budget, its validity, whether it holds the newest human message and keeps the previous view
+    as its prefix, and where each marked message is (:class:`ViewTracker`)."""
 
-    @property
-    def budgets(self) -> tuple[int, ...]: ...
+    tool: Tool
+    per_call: list[float] = field(default_factory=list)
+    view_tokens: list[int] = field(default_factory=list)
+    over: list[int] = field(default_factory=list)
+    broken: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    newest_missing: int = 0
+    prefix_kept: int = 0
+    breaks: dict[str, int] = field(default_factory=lambda: {"summarizing": 0, "other": 0})
+    summarizing: list[bool] = field(default_factory=list)
+    clipped_views: int = 0
+    previous: list[BaseMessage] | None = None
+    tracker: ViewTracker = field(default_factory=ViewTracker)
 
-    @property
-    def max_summary_tokens(self) -> int: ...
+    def __call__(self, call: ModelCall) -> None:
+        from langmem_ext import validate
 
-    @property
-    def summary_fill(self) -> float: ...
-
-
-# --------------------------------------------------------------------------------------------
-# the marked conversation
-
-_MARKER = re.compile(r"\bm(\d+):")
-_CLIP_NOTE = "characters clipped by langmem_ext"
-_LEADING_MARKER = re.compile(r"m(\d+):")
-
-
-def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return " ".join(parts)
-
-
-def _mark(message: BaseMessage, number: int) -> BaseMessage:
-    text = _text(message)
-    marked = f"m{number}: {text}" if text else f"m{number}:"
-    return message.model_copy(update={"content": marked})
-
-
-def _marker(message: BaseMessage) -> int | None:
-    """The marker at the start of a message's text (clipped copies keep it), else None."""
-    match = _LEADING_MARKER.match(_text(message))
-    return int(match.group(1)) if match else None
-
-
-def _markers_shown(message: BaseMessage) -> list[int]:
-    """The markers of the history messages ``message`` shows: its own, or, for a tool-round
-    digest (langmem_ext ``ToolDigest`` / ``TieredSummary``), every message of the round (each
-    text in a digest starts with its message's marker)."""
-    from langmem_ext.core.digest import is_digest
-
-    if is_digest(message):
-        return [int(n) for n in _LEADING_MARKER.findall(_text(message))]
-    number = _marker(message)
-    return [] if number is None else [number]
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """The loop, marked once: ``messages[:length]`` is the history at each model call."""
-
-    messages: tuple[BaseMessage, ...]
-    lengths: tuple[int, ...]
-
-    @property
-    def final(self) -> tuple[BaseMessage, ...]:
-        return self.messages[: self.lengths[-1]]
-
-    @property
-    def body(self) -> tuple[BaseMessage, ...]:
-        """The conversation messages (not the system message) of the last model call."""
-        return tuple(m for m in self.final if not isinstance(m, SystemMessage))
-
-
-def marked_loop(n: int, seed: int) -> Conversation:
-    """``agent_loop(n, seed)`` with each conversation message copied once with its marker."""
-    from langmem_ext.testing import agent_loop
-
-    messages: list[BaseMessage] = []
-    lengths: list[int] = []
-    number = 0
-    for history in agent_loop(n, seed=seed):
-        for message in history[len(messages) :]:
-            if isinstance(message, SystemMessage):
-                messages.append(message)
+        tool, view = self.tool, call.view
+        for message in call.new:
+            self.tracker.add(message)
+        self.per_call.append(call.seconds)
+        self.summarizing.append(call.summarized)
+        tokens = count_tokens_approximately(view)
+        self.view_tokens.append(tokens)
+        if tokens > tool.max_tokens:
+            self.over.append(tokens - tool.max_tokens)
+        errors = [f for f in validate(view) if f.severity == "error"]
+        if errors:
+            self.broken += 1
+            self.kinds.update({f.kind for f in errors})
+        human = newest_human(call.history)
+        if human is not None and not any(m is human or m == human for m in view):
+            self.newest_missing += 1
+        if self.previous is not None:
+            if is_prefix(self.previous, view):
+                self.prefix_kept += 1
             else:
-                number += 1
-                messages.append(_mark(message, number))
-        lengths.append(len(messages))
-    return Conversation(tuple(messages), tuple(lengths))
-
-
-# --------------------------------------------------------------------------------------------
-# the fake summarizer
-
-_FILLER = (
-    "The user and the assistant discussed the order pipeline, the shipment schedule, the "
-    "refund queue, database latency and the quarterly budget; decisions were recorded with "
-    "their reasons, open questions were listed with owners, and tool results were kept with "
-    "their exact figures and identifiers. "
-)
-
-
-def _as_messages(prompt: Any) -> list[BaseMessage]:
-    if isinstance(prompt, str):
-        return [HumanMessage(prompt)]
-    if isinstance(prompt, BaseMessage):
-        return [prompt]
-    if hasattr(prompt, "to_messages"):  # a PromptValue
-        return list(prompt.to_messages())
-    return list(prompt)
-
-
-@dataclass
-class MarkerTrackingSummarizer:
-    """Deterministic stand-in for a summarizing model that records what it was shown.
-
-    Call it with the prompt (a list of messages, a string or a prompt value). It counts the call,
-    its input tokens (``count_tokens_approximately`` of the prompt as messages), collects every
-    ``m<N>:`` marker in the input, and returns ``summary_tokens`` tokens of marker-free text.
-    ``seconds`` is the time spent inside it, which the benchmark subtracts from the tool's time.
-    """
-
-    summary_tokens: int = 800
-    calls: int = 0
-    input_tokens: int = 0
-    seconds: float = 0.0
-    seen: Counter[int] = field(default_factory=Counter)
-    fresh: list[int] = field(default_factory=list)
-
-    def __call__(self, prompt: Any) -> str:
-        start = time.perf_counter()
-        messages = _as_messages(prompt)
-        self.calls += 1
-        self.input_tokens += count_tokens_approximately(messages)
-        found = {int(x) for m in messages for x in _MARKER.findall(_text(m))}
-        for number in found:
-            if number not in self.seen:
-                self.fresh.append(number)
-            self.seen[number] += 1
-        head = f"Summary #{self.calls} of {len(found)} new messages. "
-        chars = max(self.summary_tokens * 4 - len(head), 0)
-        body = (_FILLER * (chars // len(_FILLER) + 1))[:chars]
-        text = head + body.rstrip()
-        self.seconds += time.perf_counter() - start
-        return text
-
-    def take_fresh(self) -> list[int]:
-        """Markers seen for the first time since the last call of this method."""
-        out, self.fresh = self.fresh, []
-        return out
-
-
-class FakeChatModel(BaseChatModel):
-    """A LangChain chat model whose answer comes from a :class:`MarkerTrackingSummarizer`."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    fake: Any
-
-    @property
-    def _llm_type(self) -> str:
-        return "fake-summarizer"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        text = self.fake(messages)
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
-
-
-# --------------------------------------------------------------------------------------------
-# the tools
-
-
-@dataclass
-class Tool:
-    """One configuration: ``step(history) -> view``, called at every model call."""
-
-    key: str
-    family: str
-    label: str
-    max_tokens: int
-    summary_budget: int
-    fake: MarkerTrackingSummarizer
-    step: Callable[[list[BaseMessage]], list[BaseMessage]]
-    #: langmem_ext only: the strategy (for its config, state and reports)
-    strategy: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
-    from langmem_ext import (
-        ApproximateCounter,
-        Compacting,
-        SummaryBuffer,
-        TieredSummary,
-        ToolDigest,
-    )
-
-    fake = MarkerTrackingSummarizer()
-    strategy: SummaryBuffer | Compacting | TieredSummary | ToolDigest
-    if kind == "ToolDigest":  # no summarizer: the fake is never called
-        strategy = ToolDigest(budget, counter=ApproximateCounter())
-    elif kind == "SummaryBuffer":
-        strategy = SummaryBuffer(
-            budget,
-            summarizer=fake,
-            max_summary_tokens=config.max_summary_tokens,
-            counter=ApproximateCounter(),
-        )
-    elif kind == "Compacting":
-        strategy = Compacting(budget, summarizer=fake, counter=ApproximateCounter())
-    else:
-        strategy = TieredSummary(
-            budget,
-            summarizer=fake,
-            max_summary_tokens=config.max_summary_tokens,
-            counter=ApproximateCounter(),
-        )
-    summary_budget = getattr(strategy.config, "max_summary_tokens", 0)
-    fake.summary_tokens = int(summary_budget * config.summary_fill)
-    tool = Tool(
-        key=f"langmem_ext_{kind}_{budget}",
-        family="langmem_ext",
-        label=f"langmem_ext {kind}",
-        max_tokens=budget,
-        summary_budget=summary_budget,
-        fake=fake,
-        step=lambda history: history,
-        strategy=strategy,
-    )
-    state: list[Any] = [None]
-    reports: list[Any] = []
-
-    def step(history: list[BaseMessage]) -> list[BaseMessage]:
-        result = strategy.apply(history, state[0])
-        state[0] = result.state
-        reports.append(result.report)
-        return result.messages
-
-    tool.step = step
-    tool.extra = {"state": state, "reports": reports}
-    return tool
-
-
-def _other_library_fake(config: ToolSettings) -> MarkerTrackingSummarizer:
-    """The fake summarizer of the langmem and langchain tools: both get the same summary size,
-    ``summary_fill`` of ``config.max_summary_tokens``."""
-    return MarkerTrackingSummarizer(
-        summary_tokens=int(config.max_summary_tokens * config.summary_fill)
-    )
-
-
-def _langmem_tool(budget: int, config: ToolSettings) -> Tool:
-    from langmem.short_term import RunningSummary, summarize_messages
-
-    fake = _other_library_fake(config)
-    model = FakeChatModel(fake=fake)
-    running: list[RunningSummary | None] = [None]
-
-    def step(history: list[BaseMessage]) -> list[BaseMessage]:
-        result = summarize_messages(
-            history,
-            running_summary=running[0],
-            model=model,
-            max_tokens=budget,
-            max_summary_tokens=config.max_summary_tokens,
-            token_counter=count_tokens_approximately,
-        )
-        if result.running_summary is not None:  # as the docs' example keeps it in state
-            running[0] = result.running_summary
-        return list(result.messages)
-
-    return Tool(
-        key=f"langmem_summarize_messages_{budget}",
-        family="langmem",
-        label="langmem summarize_messages",
-        max_tokens=budget,
-        summary_budget=config.max_summary_tokens,
-        fake=fake,
-        step=step,
-    )
-
-
-def _middleware_tool(budget: int, config: ToolSettings) -> Tool:
-    from langchain.agents.middleware import SummarizationMiddleware
-    from langgraph.graph.message import add_messages
-
-    fake = _other_library_fake(config)
-    middleware: SummarizationMiddleware[Any, Any, Any] = SummarizationMiddleware(
-        FakeChatModel(fake=fake), trigger=("tokens", budget)
-    )
-    state: list[BaseMessage] = []
-    fed = [0]
-    system: list[BaseMessage] = []
-
-    def step(history: list[BaseMessage]) -> list[BaseMessage]:
-        nonlocal state
-        new = history[fed[0] :]
-        fed[0] = len(history)
-        for message in new:  # create_agent keeps the system prompt out of the state
-            if isinstance(message, SystemMessage):
-                system[:] = [message]
-        state = add_messages(state, [m for m in new if not isinstance(m, SystemMessage)])
-        update = middleware.before_model({"messages": state}, None)  # type: ignore[arg-type]
-        if update is not None:
-            state = add_messages(state, update["messages"])
-        return [*system, *state]
-
-    return Tool(
-        key=f"langchain_summarization_middleware_{budget}",
-        family="langchain",
-        label="langchain SummarizationMiddleware",
-        max_tokens=budget,
-        summary_budget=config.max_summary_tokens,
-        fake=fake,
-        step=step,
-        extra={
-            "keep": list(middleware.keep),
-            "trigger": ["tokens", budget],
-            "trim_tokens_to_summarize": middleware.trim_tokens_to_summarize,
-        },
-    )
-
-
-def tool_factories(config: ToolSettings) -> list[Callable[[], Tool]]:
-    """One factory per configuration: each call builds a fresh tool (state, fake, counter)."""
-    factories: list[Callable[[], Tool]] = []
-    for budget in config.budgets:
-        for kind in ("SummaryBuffer", "Compacting", "TieredSummary"):
-            factories.append(partial(_langmem_ext_tool, kind, budget, config))
-        factories.append(partial(_langmem_tool, budget, config))
-        factories.append(partial(_middleware_tool, budget, config))
-    return factories
-
-
-# --------------------------------------------------------------------------------------------
-# one run of one tool over the loop
-
-
-def _newest_human(history: Sequence[BaseMessage]) -> BaseMessage | None:
-    return next((m for m in reversed(history) if isinstance(m, HumanMessage)), None)
-
-
-@dataclass(frozen=True)
-class ModelCall:
-    """One model call of a drive: the history (the live list, grown before each call), the
-    messages added since the previous call, the tool's view, the tool's time without the fake
-    summarizer's, and whether the tool called the summarizer."""
-
-    history: Sequence[BaseMessage]
-    new: Sequence[BaseMessage]
-    view: list[BaseMessage]
-    seconds: float
-    summarized: bool
-
-
-def drive(tool: Tool, conversation: Conversation, check: Callable[[ModelCall], None]) -> str | None:
-    """Call ``tool.step`` at every model call of ``conversation`` (cyclic GC paused, each call
-    timed) and hand each call to ``check`` (not timed). Returns None, or the error of the call
-    at which the tool gave up (a finding, not a crash: the drive stops there)."""
-    history: list[BaseMessage] = []
-    clock = time.perf_counter
-    with gc_paused():
-        for turn, length in enumerate(conversation.lengths):
-            new = conversation.messages[len(history) : length]
-            history.extend(new)
-            fake_before, calls_before = tool.fake.seconds, tool.fake.calls
-            start = clock()
-            try:
-                view = tool.step(history)
-            except Exception as exc:
-                return f"call {turn + 1}: {type(exc).__name__}: {exc}"[:500]
-            seconds = clock() - start - (tool.fake.seconds - fake_before)
-            check(ModelCall(history, new, view, seconds, tool.fake.calls > calls_before))
-    return None
-
-
-@dataclass
-class ViewTracker:
-    """Where each marked message is at each model call: in the view, read by the summarizer, or
-    neither (*hidden*: out of the view and never read).
-
-    ``add`` every message as it joins the history, then ``update`` after every call with the
-    markers the summarizer read for the first time and the view.
-    """
-
-    #: in the history, unread, and in the view when last looked
-    pending: set[int] = field(default_factory=set)
-    #: out of the view and unread now (a message read later, or back in the view, leaves it)
-    hidden: set[int] = field(default_factory=set)
-    #: every message that was ever hidden: it left the view before the summarizer read it
-    left_unseen: set[int] = field(default_factory=set)
-
-    def add(self, message: BaseMessage) -> None:
-        number = _marker(message)
-        if number is not None:
-            self.pending.add(number)
-
-    def update(self, fresh: Iterable[int], view: Sequence[BaseMessage]) -> int:
-        """Record one call; returns how many messages are hidden at it."""
-        read = set(fresh)
-        self.pending -= read
-        self.hidden -= read
-        in_view = {n for m in view for n in _markers_shown(m)}
-        back = self.hidden & in_view
-        if back:
-            self.hidden -= back
-            self.pending |= back
-        gone = self.pending - in_view
-        if gone:
-            self.left_unseen |= gone
-            self.hidden |= gone
-            self.pending -= gone
-        return len(self.hidden)
+                self.breaks["summarizing" if call.summarized else "other"] += 1
+        self.previous = view
+        if tool.family == "langmem_ext" and any(_CLIP_NOTE in _text(m) for m in view):
+            self.clipped_views += 1
+        self.tracker.update(tool.fake.take_fresh(), view)
 
 
 def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
     """Drive ``tool`` over the loop; time it; check every view (the checks are not timed)."""
-    from langmem_ext import validate
-
-    per_call: list[float] = []
-    view_tokens: list[int] = []
-    over: list[int] = []
-    broken = 0
-    kinds: Counter[str] = Counter()
-    newest_missing = 0
-    prefix_kept = 0
-    breaks = {"summarizing": 0, "other": 0}
-    summarizing: list[bool] = []
-    clipped_views = 0
-    previous: list[BaseMessage] | None = None
-    tracker = ViewTracker()
-
-    def check(call: ModelCall) -> None:
-        nonlocal broken, newest_missing, prefix_kept, clipped_views, previous
-        view = call.view
-        for message in call.new:
-            tracker.add(message)
-        per_call.append(call.seconds)
-        summarizing.append(call.summarized)
-        tokens = count_tokens_approximately(view)
-        view_tokens.append(tokens)
-        if tokens > tool.max_tokens:
-            over.append(tokens - tool.max_tokens)
-        errors = [f for f in validate(view) if f.severity == "error"]
-        if errors:
-            broken += 1
-            kinds.update({f.kind for f in errors})
-        human = _newest_human(call.history)
-        if human is not None and not any(m is human or m == human for m in view):
-            newest_missing += 1
-        if previous is not None:
-            if is_prefix(previous, view):
-                prefix_kept += 1
-            else:
-                breaks["summarizing" if call.summarized else "other"] += 1
-        previous = view
-        if tool.family == "langmem_ext" and any(_CLIP_NOTE in _text(m) for m in view):
-            clipped_views += 1
-        tracker.update(tool.fake.take_fresh(), view)
-
-    error = drive(tool, conversation, check)
-    left_unseen = tracker.left_unseen
-    seen = tool.fake.seen
-    body = conversation.body
-    conversation_tokens = count_tokens_approximately(list(body))
-    turns = max(len(view_tokens) - 1, 0)
-    strategy_s = sum(per_call)
+    checks = _ViewChecks(tool)
+    error = drive(tool, conversation, checks)
+    conversation_tokens = count_tokens_approximately(list(conversation.body))
+    turns = max(len(checks.view_tokens) - 1, 0)
     result: dict[str, Any] = {
         "key": tool.key,
         "label": tool.label,
@@ -600,8 +183,26 @@ def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
         "max_tokens": tool.max_tokens,
         "summary_budget": tool.summary_budget,
         "fake_summary_tokens": tool.fake.summary_tokens,
-        "model_calls": len(view_tokens),
+        "model_calls": len(checks.view_tokens),
         "error": error,
+        **_tool_figures(tool, checks, conversation_tokens, turns),
+        **({"settings": tool.extra} if tool.family == "langchain" else {}),
+    }
+    if tool.strategy is not None:
+        result["langmem_ext"] = _langmem_ext_figures(tool, conversation_tokens, turns)
+        result["langmem_ext"]["clipped_body_views"] = checks.clipped_views
+    return result
+
+
+def _tool_figures(
+    tool: Tool, checks: _ViewChecks, conversation_tokens: int, turns: int
+) -> dict[str, Any]:
+    """The summarizer's work, the messages dropped, validity, prefix stability and timing of
+    one drive, from its checks."""
+    seen, left_unseen = tool.fake.seen, checks.tracker.left_unseen
+    view_tokens, per_call, summarizing = checks.view_tokens, checks.per_call, checks.summarizing
+    strategy_s = sum(per_call)
+    return {
         "summarizer": {
             "calls": tool.fake.calls,
             "input_tokens": tool.fake.input_tokens,
@@ -616,20 +217,20 @@ def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
         },
         "validity": {
             "views": len(view_tokens),
-            "broken": broken,
-            "broken_kinds": dict(sorted(kinds.items())),
-            "newest_human_missing": newest_missing,
-            "over_budget": len(over),
-            "max_overshoot": max(over, default=0),
+            "broken": checks.broken,
+            "broken_kinds": dict(sorted(checks.kinds.items())),
+            "newest_human_missing": checks.newest_missing,
+            "over_budget": len(checks.over),
+            "max_overshoot": max(checks.over, default=0),
             "max_view_tokens": max(view_tokens, default=0),
             "mean_view_tokens": statistics.fmean(view_tokens) if view_tokens else 0.0,
         },
         "prefix": {
             "turns": turns,
-            "kept": prefix_kept,
-            "fraction": prefix_kept / turns if turns else 0.0,
-            "broken_on_summarizing_calls": breaks["summarizing"],
-            "broken_on_other_calls": breaks["other"],
+            "kept": checks.prefix_kept,
+            "fraction": checks.prefix_kept / turns if turns else 0.0,
+            "broken_on_summarizing_calls": checks.breaks["summarizing"],
+            "broken_on_other_calls": checks.breaks["other"],
             "calls_with_summarizing": sum(summarizing[1:]),
             "bound_if_only_summarizing_breaks": 1 - sum(summarizing[1:]) / turns if turns else 0.0,
         },
@@ -640,12 +241,7 @@ def run_tool(tool: Tool, conversation: Conversation) -> dict[str, Any]:
             **_split_times(per_call, summarizing),
             "excludes_fake_summarizer": True,
         },
-        **({"settings": tool.extra} if tool.family == "langchain" else {}),
     }
-    if tool.strategy is not None:
-        result["langmem_ext"] = _langmem_ext_figures(tool, conversation_tokens, turns)
-        result["langmem_ext"]["clipped_body_views"] = clipped_views
-    return result
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -698,10 +294,7 @@ def _langmem_ext_figures(tool: Tool, conversation_tokens: int, turns: int) -> di
     }
 
 
-# --------------------------------------------------------------------------------------------
-# targets
-
-
+# long: the seven checks of one strategy, each with its value and threshold, read top to bottom
 def evaluate_targets(tools: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """PASS/FAIL for each langmem_ext strategy and budget, one check per target."""
     out: list[dict[str, Any]] = []
@@ -791,41 +384,15 @@ def evaluate_targets(tools: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# the run
-
-
-def _source() -> dict[str, Any]:
-    """The commit measured, and whether langmem_ext had uncommitted changes."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        try:
-            done = subprocess.run(
-                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    return {
-        "commit": git("rev-parse", "--short", "HEAD") or "unknown",
-        "langmem_ext_modified": bool(git("status", "--porcelain", "--", "langmem_ext")),
-    }
-
-
-def _versions() -> dict[str, str]:
-    names = ("langmem-ext", "langmem", "langchain", "langchain-core", "langgraph")
-    return {name: package_version(name) for name in names}
+#: the packages whose versions a summaries or agent-turns report names
+PACKAGES = ("langmem-ext", "langmem", "langchain", "langchain-core", "langgraph")
 
 
 def run_summaries(
     config: SummariesConfig, log: Callable[[str], None] = log_progress, command: str = ""
 ) -> dict[str, Any]:
     """Run every tool over the same marked loop; returns the JSON-ready results with targets."""
-    started = time.perf_counter()
-    started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    load_at_start = load_average()
+    clock = RunClock()
     conversation = marked_loop(config.loop_n, config.seed)
     body = conversation.body
     conversation_tokens = count_tokens_approximately(list(body))
@@ -850,19 +417,11 @@ def run_summaries(
             f"  {first['label']} @ {first['max_tokens']:,}: {len(passes)} pass(es), "
             f"{time.perf_counter() - begun:.1f} s"
         )
-    machine = machine_info()
-    machine["packages"] = _versions()
+    machine = machine_info(PACKAGES)
     results: dict[str, Any] = {
-        "meta": {
-            "mode": config.mode,
-            "started_utc": started_utc,
-            "command": command or "python -m bench.summaries",
-            "config": asdict(config),
-            "machine": machine,
-            "source": _source(),
-            "load_average_start": load_at_start,
-            "json_name": "",
-        },
+        "meta": clock.meta(
+            config, command or "python -m bench.summaries", machine, source=git_source()
+        ),
         "conversation": {
             "loop_n": config.loop_n,
             "seed": config.seed,
@@ -876,309 +435,11 @@ def run_summaries(
         "tools": tools,
     }
     results["targets"] = evaluate_targets(tools)
-    results["meta"]["runtime_s"] = time.perf_counter() - started
-    results["meta"]["load_average_end"] = load_average()
-    return results
+    return clock.finish(results)
 
 
-# --------------------------------------------------------------------------------------------
-# output
-
-
-def _verdict(passed: bool) -> str:
-    return "PASS" if passed else "FAIL"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    rule = [":---"] + ["---:"] * (len(header) - 1)
-    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    out.extend("| " + " | ".join(row) + " |" for row in rows)
-    return out
-
-
-def _name(t: dict[str, Any]) -> str:
-    return f"{t['label']} @ {t['max_tokens']:,}"
-
-
-def render_markdown(results: dict[str, Any]) -> str:
-    meta, conv, tools = results["meta"], results["conversation"], results["tools"]
-    cfg = meta["config"]
-    lines = ["# Summarizing memory: langmem_ext vs langmem vs SummarizationMiddleware", ""]
-    if meta["mode"] != "full":
-        lines += [
-            f"> **{meta['mode']} run** (shorter loop): a smoke test, not a measurement. Run "
-            "`python -m bench.summaries` for the real numbers.",
-            "",
-        ]
-    lines += [
-        *provenance_lines(meta),
-        f"- Source: commit {meta['source']['commit']}"
-        + (
-            " with uncommitted changes in langmem_ext"
-            if meta["source"]["langmem_ext_modified"]
-            else ""
-        ),
-        "- Load average (1/5/15 min) at start "
-        f"{format_load(meta.get('load_average_start'))}, at end "
-        f"{format_load(meta.get('load_average_end'))}",
-        f"- Loop: `agent_loop({conv['loop_n']:,}, seed={conv['seed']})`: "
-        f"{conv['model_calls']:,} model calls; at the last one the history holds "
-        f"{conv['messages']:,} conversation messages of **{conv['tokens']:,} tokens** (the "
-        f"*conversation tokens*; system message {conv['system_tokens']} more).",
-        "- Counter: langchain-core `count_tokens_approximately` everywhere (views, summarizer "
-        "input, conversation); langmem_ext uses `ApproximateCounter()`, which counts the same.",
-        f"- Fake summarizer: deterministic, answers with {cfg['summary_fill']:.0%} of the "
-        f"tool's summary budget (langmem_ext: `config.max_summary_tokens`; langmem "
-        f"`max_summary_tokens={cfg['max_summary_tokens']:,}`; the middleware has no summary "
-        f"budget and gets the same {int(cfg['max_summary_tokens'] * cfg['summary_fill'])}-token "
-        "answers). It records every `m<N>:` marker in its input (each message's text starts "
-        "with its marker).",
-        "",
-        "## Verdicts (langmem_ext targets)",
-        "",
-    ]
-    for target in results["targets"]:
-        failed = [
-            c for c in target["checks"] if not c["passed"] and "informational" not in c["value"]
-        ]
-        detail = (
-            "; ".join(f"{c['name']}: {c['value']}" for c in failed) if failed else "all targets"
-        )
-        lines.append(
-            f"- **{_verdict(target['passed'])}** {target['label']} @ "
-            f"{target['max_tokens']:,}: {detail}"
-        )
-    lines += ["", "Every check, per strategy and budget:", ""]
-    names = [c["name"] for c in results["targets"][0]["checks"]] if results["targets"] else []
-    rows = []
-    for target in results["targets"]:
-        rows.append(
-            [f"{target['label']} @ {target['max_tokens']:,}"]
-            + [f"{_verdict(c['passed'])} ({c['value']})" for c in target["checks"]]
-        )
-    lines += _table(["strategy @ max_tokens", *names], rows)
-    lines += [
-        "",
-        "## Summarizer work and lost messages",
-        "",
-        "*Never summarized*: messages that left the model's view and whose marker the summarizer "
-        "never read. *Left before read*: left the view before the summarizer had read them (read "
-        "later or never). *Read twice+*: messages whose marker was in the input of more than one "
-        "summarizer call.",
-        "",
-    ]
-    rows = []
-    for t in tools.values():
-        s, d = t["summarizer"], t["dropped"]
-        rows.append(
-            [
-                _name(t),
-                f"{s['calls']:,}",
-                f"{s['input_tokens']:,}",
-                f"{s['input_ratio']:.3f}x",
-                f"{s['messages_read']:,} / {conv['messages']:,}",
-                f"{s['messages_read_more_than_once']:,}",
-                f"{d['never_summarized']:,}",
-                f"{d['left_before_summarized']:,}",
-            ]
-        )
-    lines += _table(
-        [
-            "tool @ max_tokens",
-            "summarizer calls",
-            "input tokens",
-            "input ÷ conversation",
-            "messages read",
-            "read twice+",
-            "never summarized",
-            "left before read",
-        ],
-        rows,
-    )
-    lines += [
-        "",
-        "## Model inputs",
-        "",
-        "*Broken*: views with an error-severity `langmem_ext.validate` finding (kinds counted "
-        "once per view). *Newest human missing*: the history's newest HumanMessage is not in the "
-        "view (informational). *Over*: views whose `count_tokens_approximately` exceeds "
-        "max_tokens. *Prefix kept*: the previous call's view is a prefix of this one, message "
-        "for message (equality); *prefix bound*: the share a tool would reach if only the calls "
-        "on which it summarized broke the prefix (each summary changes the prefix once).",
-        "",
-    ]
-    rows = []
-    for t in tools.values():
-        v, p = t["validity"], t["prefix"]
-        kinds = ", ".join(f"{k} {n}" for k, n in v["broken_kinds"].items())
-        rows.append(
-            [
-                _name(t),
-                f"{v['views']:,}",
-                f"{v['broken']:,}" + (f" ({kinds})" if kinds else ""),
-                f"{v['newest_human_missing']:,}",
-                f"{v['over_budget']:,}",
-                f"+{v['max_overshoot']:,}" if v["over_budget"] else "–",
-                f"{v['max_view_tokens']:,}",
-                f"{v['mean_view_tokens']:,.0f}",
-                f"{p['kept']:,} / {p['turns']:,} ({p['fraction']:.2%})",
-                f"{p['broken_on_summarizing_calls']:,} / {p['broken_on_other_calls']:,}",
-                f"{p['bound_if_only_summarizing_breaks']:.1%}",
-            ]
-        )
-    lines += _table(
-        [
-            "tool @ max_tokens",
-            "views",
-            "broken",
-            "newest human missing",
-            "over",
-            "max overshoot",
-            "max view tokens",
-            "mean view tokens",
-            "prefix kept",
-            "prefix broken: summarizing / other calls",
-            "prefix bound (1 − summarizing calls ÷ turns)",
-        ],
-        rows,
-    )
-    lines += [
-        "",
-        "## langmem_ext: hysteresis and expected calls",
-        "",
-        "Effective trigger and target are `config.level(config.trigger_tokens)` and "
-        "`config.level(config.target_tokens)` (after the safety margin). Expected calls = "
-        "conversation tokens ÷ (effective trigger − effective target). *Tokens folded per "
-        "fold* (`state.folded_tokens ÷ state.folds`) larger than that gap means each fold went "
-        "below the target (it stops at a human-turn boundary and reserves the full summary "
-        "budget, of which the fake uses 80%), so fewer calls are needed than the formula "
-        "predicts. *Views with clipped bodies*: views holding a TieredSummary tier-1 clip "
-        "marker.",
-        "",
-    ]
-    rows = []
-    for t in tools.values():
-        if t["family"] != "langmem_ext":
-            continue
-        e = t["langmem_ext"]
-        rows.append(
-            [
-                _name(t),
-                f"{e['trigger_tokens']:,} / {e['target_tokens']:,}",
-                f"{e['safety_margin']:g}",
-                f"{e['effective_trigger']:,} / {e['effective_target']:,}",
-                f"{t['summary_budget']:,}",
-                f"{e['folds']:,}",
-                f"{t['summarizer']['calls']:,}",
-                f"{e['expected_calls']:.1f}",
-                f"{e['calls_over_expected']:.2f}x",
-                f"{e['mean_tokens_per_fold']:,.0f}",
-                f"{e['mean_view_tokens_after_fold']:,.0f}",
-                f"{e['report_prefix_fraction']:.1%}",
-                f"{e['clipped_body_views']:,}",
-            ]
-        )
-    lines += _table(
-        [
-            "strategy @ max_tokens",
-            "trigger / target",
-            "safety margin",
-            "effective trigger / target",
-            "summary budget",
-            "folds",
-            "summarizer calls",
-            "expected calls",
-            "calls ÷ expected",
-            "tokens folded per fold",
-            "view tokens after a fold",
-            "report.prefix_kept",
-            "views with clipped bodies",
-        ],
-        rows,
-    )
-    lines += [
-        "",
-        "## Time in the tool",
-        "",
-        f"Sum of the per-call wall times of the tool over the loop (median of "
-        f"{cfg['timing_reps']} pass(es), each with a fresh tool; the per-call columns come from "
-        "the pass closest to that median; cyclic GC paused), "
-        "**excluding the fake summarizer's own time** (measured inside it and subtracted); "
-        "the LangChain call machinery around it (`RunnableLambda` / `BaseChatModel.invoke`, "
-        "`with_retry`) is counted as the tool's. For the middleware: `before_model` plus "
-        "applying its update with `add_messages`.",
-        "",
-    ]
-    rows = []
-    for t in tools.values():
-        timing = t["timing"]
-        rows.append(
-            [
-                _name(t),
-                format_seconds(timing["strategy_s"]),
-                format_seconds(timing["per_call_mean_s"]),
-                format_seconds(timing["per_call_other_mean_s"]),
-                format_seconds(timing["per_call_summarizing_mean_s"]),
-                format_seconds(timing["first_decile_per_call_mean_s"]),
-                format_seconds(timing["last_decile_per_call_mean_s"]),
-                format_seconds(timing["per_call_max_s"]),
-                format_seconds(t["summarizer"]["seconds"]),
-            ]
-        )
-    lines += _table(
-        [
-            "tool @ max_tokens",
-            "total",
-            "per call",
-            "calls without summarizing",
-            "calls with summarizing",
-            "first 10% of calls",
-            "last 10% of calls",
-            "slowest call",
-            "fake summarizer (excluded)",
-        ],
-        rows,
-    )
-    errors = [(k, t["error"]) for k, t in tools.items() if t["error"]]
-    if errors:
-        lines += ["", "## Errors", ""]
-        lines += [f"- `{k}`: {e}" for k, e in errors]
-    settings = next((t["settings"] for t in tools.values() if t["family"] == "langchain"), None)
-    lines += [
-        "",
-        "## How each tool was called",
-        "",
-        "- langmem_ext: `SummaryBuffer(max_tokens, summarizer=fake, max_summary_tokens="
-        f"{cfg['max_summary_tokens']:,})` (default target half-way between the summary budget "
-        "and max_tokens), `Compacting(max_tokens, summarizer=fake)` (defaults), "
-        f"`TieredSummary(max_tokens, summarizer=fake, max_summary_tokens="
-        f"{cfg['max_summary_tokens']:,})` (defaults), all with `counter=ApproximateCounter()`; "
-        "`apply(history, previous_state)` at every call.",
-        "- langmem: `summarize_messages(history, running_summary=previous, model=FakeChatModel, "
-        f"max_tokens=max_tokens, max_summary_tokens={cfg['max_summary_tokens']:,}, "
-        "token_counter=count_tokens_approximately)`; the returned running summary is kept when "
-        "not None.",
-        "- langchain: `SummarizationMiddleware(FakeChatModel, trigger=('tokens', max_tokens))`"
-        + (
-            f" with the defaults keep={tuple(settings['keep'])} and trim_tokens_to_summarize="
-            f"{settings['trim_tokens_to_summarize']}"
-            if settings
-            else ""
-        )
-        + "; `before_model` on our own state, the system prompt kept outside it as "
-        "`create_agent(system_prompt=...)` does, updates applied with `add_messages`.",
-        "",
-        "---",
-        "",
-        f"Machine-readable results: `{meta['json_name']}`.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def write_results(results: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
-    """Write ``<stem>.md`` and ``<stem>.json`` (the shared writer, with this report)."""
-    return run.write_results(results, out_dir, stem, render=render_markdown)
+#: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json`` of this benchmark
+write_results = results_writer(render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1194,8 +455,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs=(FULL, QUICK),
         run=run_summaries,
         write=write_results,
-        stem=lambda mode: "summaries" if mode == "full" else f"summaries_{mode}",
-        default_out=DEFAULT_OUT,
     )
 
 

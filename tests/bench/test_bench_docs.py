@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bench.docs import BENCHMARKS, IMG_DIR, PAGE, find_results, main
-from bench.retrieval import BASELINE
+from bench.retrieval_config import BASELINE
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"

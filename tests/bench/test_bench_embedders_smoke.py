@@ -72,7 +72,7 @@ def test_run_on_a_tiny_planted_conversation_writes_the_report(tmp_path, monkeypa
 
 
 def _planted(config):  # type: ignore[no-untyped-def]
-    from bench.retrieval_data import PlantedSettings, planted_conversations
+    from bench.retrieval_planted import PlantedSettings, planted_conversations
 
     settings = replace(
         PlantedSettings(), lengths=config.planted_lengths, depths=(10, 40), seeds=(0,)

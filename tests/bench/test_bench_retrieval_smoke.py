@@ -11,24 +11,19 @@ from pathlib import Path
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from bench.retrieval import (
+from bench.retrieval import main
+from bench.retrieval_config import (
     BEFORE,
     GOALS_DATASET,
     HEADLINE,
     REF_RANKINGS,
     SMALL_TALK,
     TARGET_DATASETS,
-    CachedEmbeddings,
     _e2e_configs,
-    main,
-    turns_of,
 )
-from bench.retrieval_data import (
-    PlantedSettings,
-    load_cri,
-    load_cri_facts,
-    planted_conversations,
-)
+from bench.retrieval_data import load_cri, load_cri_facts
+from bench.retrieval_measure import CachedEmbeddings, turns_of
+from bench.retrieval_planted import PlantedSettings, planted_conversations
 
 
 class _Counting(Embeddings):

@@ -10,7 +10,9 @@ from pathlib import Path
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, HumanMessage
 
-from bench.scale import QUICK, _embed_counts, _Probe, _ProbedEmbeddings, build_thread, main
+from bench.scale import QUICK, main
+from bench.scale_restart import _embed_counts
+from bench.scale_setup import _Probe, _ProbedEmbeddings, build_thread
 
 
 class _Fixed(Embeddings):
