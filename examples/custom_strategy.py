@@ -26,7 +26,7 @@ from langmem_ext import (
     Unit,
     split_units,
 )
-from langmem_ext.core.tokens import CounterLike, as_counter
+from langmem_ext.counting.resolve import CounterLike, as_counter
 from langmem_ext.strategies.engine import Plan, finished
 from langmem_ext.testing import check_strategy
 

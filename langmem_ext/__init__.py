@@ -8,16 +8,13 @@ from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import Finding, Unit, is_valid, repair, split_units, validate
 from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.core.tokens import (
-    ApproximateCounter,
-    CachedCounter,
-    CallableCounter,
-    ChatModelCounter,
-    TiktokenCounter,
-    TokenCounter,
-    as_counter,
-)
-from langmem_ext.counting.providers import AnthropicCounter, CalibratedCounter
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.counting.anthropic import AnthropicCounter
+from langmem_ext.counting.cache import CachedCounter
+from langmem_ext.counting.calibrated import CalibratedCounter
+from langmem_ext.counting.chat_model import ChatModelCounter
+from langmem_ext.counting.local import ApproximateCounter, TiktokenCounter
+from langmem_ext.counting.resolve import CallableCounter, as_counter
 from langmem_ext.errors import (
     ContextOverflowError,
     GraphSchemaError,
@@ -42,6 +39,7 @@ from langmem_ext.integrations.history import ManagedChatMessageHistory
 from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
 from langmem_ext.retrieval.vectors import VectorIndex
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.options import FoldPolicy
 from langmem_ext.strategies.presets import (
     Compacting,
     SlidingWindow,
@@ -69,6 +67,7 @@ __all__ = [
     "ContextOverflowError",
     "ExtractiveSummarizer",
     "Finding",
+    "FoldPolicy",
     "GraphSchemaError",
     "GraphSchemaWarning",
     "InvalidHistoryError",

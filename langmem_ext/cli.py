@@ -24,7 +24,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langmem_ext.core.messages import validate
 from langmem_ext.core.result import MemoryResult
-from langmem_ext.core.tokens import TokenCounter, as_counter
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.counting.resolve import as_counter
 from langmem_ext.errors import ContextOverflowError, LangmemExtError
 from langmem_ext.strategies.presets import SlidingWindow, TokenBudget
 from langmem_ext.testing import agent_loop
@@ -126,7 +127,8 @@ def _too_small(args: argparse.Namespace, call: int, exc: ContextOverflowError) -
     )
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _demo_strategies(args: argparse.Namespace) -> tuple[TokenBudget, SlidingWindow]:
+    """The two strategies the demo compares, from the flags."""
     target_tokens, reserve_tokens = _budget_args(args)
     counter = _counter(args.counter)
     try:
@@ -138,7 +140,11 @@ def _demo(args: argparse.Namespace) -> int:
         )
     except (LangmemExtError, ValueError) as exc:  # a relation the checks above do not know
         raise CliError(f"--max-tokens/--target-tokens/--reserve-tokens: {exc}") from exc
-    window = SlidingWindow(args.window, counter=budget.counter)
+    return budget, SlidingWindow(args.window, counter=budget.counter)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    budget, window = _demo_strategies(args)
     print(
         f"langmem_ext demo: a seeded synthetic agent conversation (seed {args.seed}), "
         f"{args.messages:,} messages, counter {budget.counter!r}"

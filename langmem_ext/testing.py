@@ -30,7 +30,7 @@ import asyncio
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -39,7 +39,7 @@ from langmem_ext.core.digest import is_digest
 from langmem_ext.core.messages import validate
 from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.core.tokens import CounterLike, as_counter
+from langmem_ext.counting.resolve import CounterLike, as_counter
 from langmem_ext.strategies.engine import Plan, Strategy, finished
 from langmem_ext.summarize.extractive import ExtractiveSummarizer
 from langmem_ext.summarize.summarizer import ModelLike, Summarizer
@@ -458,6 +458,96 @@ def _diff(a: MemoryResult, b: MemoryResult) -> str:
 
 
 _NO_CLOCK = object()
+#: the time every strategy's clock reads at the first call of a check (then one minute a call)
+_CHECK_EPOCH = 1_700_000_000.0
+
+
+@dataclass
+class _StrategyCheck:
+    """The runs of :func:`check_strategy`: each gets a fresh strategy (from the factory, or the
+    one instance) whose clock reads :attr:`now`, a fixed time moved on by :meth:`tick`; the
+    instances' own clocks are given back by :meth:`restore`."""
+
+    strategy: Strategy | Callable[[], Strategy]
+    max_tokens: int | None
+    now: float = _CHECK_EPOCH
+    #: each instance and its own clock before the check
+    clocks: list[tuple[Strategy, Any]] = field(default_factory=list)
+
+    def fresh(self) -> Strategy:
+        strategy = self.strategy
+        made = strategy if isinstance(strategy, Strategy) else strategy()
+        if not isinstance(made, Strategy):
+            raise TypeError(f"check_strategy: the factory returned {type(made).__name__}")
+        if all(s is not made for s, _ in self.clocks):
+            self.clocks.append((made, vars(made).get("clock", _NO_CLOCK)))
+            made.clock = lambda: self.now
+        return made
+
+    def tick(self, call: int) -> None:
+        """The clock at model call ``call`` (from 0) of the whole check: a minute a call."""
+        self.now = _CHECK_EPOCH + 60.0 * call
+
+    def run_sync(
+        self, label: str, calls: list[list[BaseMessage]], start: int
+    ) -> list[MemoryResult]:
+        """``apply`` at every call from a fresh state, each result checked, and its state's
+        JSON round trip."""
+        out: list[MemoryResult] = []
+        state: MemoryState | None = None
+        subject = self.fresh()
+        for i, history in enumerate(calls):
+            self.tick(start + i)
+            result = subject.apply(history, state)
+            where = f"{label} call {start + i + 1}"
+            _check_call(subject, history, result, where, self.max_tokens)
+            text = result.state.to_json()
+            back = MemoryState.from_json(text)
+            if back != result.state:
+                raise _fail("state round-trip", where, f"from_json(to_json()) differs: {text}")
+            out.append(result)
+            state = result.state
+        return out
+
+    def run_async(self, calls: list[list[BaseMessage]], start: int) -> list[MemoryResult]:
+        """``aapply`` at every call from a fresh state."""
+        subject = self.fresh()
+
+        async def run() -> list[MemoryResult]:
+            out: list[MemoryResult] = []
+            state: MemoryState | None = None
+            for i, history in enumerate(calls):
+                self.tick(start + i)
+                out.append(await subject.aapply(history, state))
+                state = out[-1].state
+            return out
+
+        return asyncio.run(run())
+
+    def run_round_trip(
+        self, label: str, calls: list[list[BaseMessage]], start: int, sync: list[MemoryResult]
+    ) -> None:
+        """``apply`` fed with the JSON round trip of each state gives what ``sync`` holds."""
+        state: MemoryState | None = None
+        subject = self.fresh()
+        for i, history in enumerate(calls):
+            self.tick(start + i)
+            fed = None if state is None else MemoryState.from_json(state.to_json())
+            result = subject.apply(history, fed)
+            if result != sync[i]:
+                raise _fail(
+                    "state round-trip",
+                    f"{label} call {start + i + 1}",
+                    "fed the round-tripped state: " + _diff(sync[i], result),
+                )
+            state = result.state
+
+    def restore(self) -> None:
+        for made, own in self.clocks:
+            if own is _NO_CLOCK:
+                del made.clock  # the class's clock again
+            else:
+                made.clock = own
 
 
 def smallest_budget(
@@ -512,6 +602,7 @@ def smallest_budget(
     return low
 
 
+# long: the docstring is the reference of every invariant checked; the body is a few lines
 def check_strategy(
     strategy: Strategy | Callable[[], Strategy],
     *,
@@ -569,77 +660,15 @@ def check_strategy(
         if histories is None
         else [(f"history {i}", [list(h) for h in calls]) for i, calls in enumerate(histories)]
     )
-    now = [1_700_000_000.0]
-    clocks: list[tuple[Strategy, Any]] = []  # each instance and its own clock before the check
-
-    def fresh() -> Strategy:
-        made = strategy if isinstance(strategy, Strategy) else strategy()
-        if not isinstance(made, Strategy):
-            raise TypeError(f"check_strategy: the factory returned {type(made).__name__}")
-        if all(s is not made for s, _ in clocks):
-            clocks.append((made, vars(made).get("clock", _NO_CLOCK)))
-            made.clock = lambda: now[0]
-        return made
-
+    check = _StrategyCheck(strategy, max_tokens)
     try:
         call = 0
         for label, calls in conversations:
-            start = call
-
-            def tick(i: int, base: int = start) -> None:
-                now[0] = 1_700_000_000.0 + 60.0 * (base + i)
-
-            sync: list[MemoryResult] = []
-            state: MemoryState | None = None
-            subject = fresh()
-            for i, history in enumerate(calls):
-                tick(i)
-                result = subject.apply(history, state)
-                where = f"{label} call {start + i + 1}"
-                _check_call(subject, history, result, where, max_tokens)
-                text = result.state.to_json()
-                back = MemoryState.from_json(text)
-                if back != result.state:
-                    raise _fail("state round-trip", where, f"from_json(to_json()) differs: {text}")
-                sync.append(result)
-                state = result.state
-
-            subject = fresh()
-
-            async def run_async(
-                calls: list[list[BaseMessage]] = calls, subject: Strategy = subject
-            ) -> list[MemoryResult]:
-                out: list[MemoryResult] = []
-                state: MemoryState | None = None
-                for i, history in enumerate(calls):
-                    tick(i)
-                    out.append(await subject.aapply(history, state))
-                    state = out[-1].state
-                return out
-
-            for i, (a, b) in enumerate(zip(sync, asyncio.run(run_async()), strict=True)):
+            sync = check.run_sync(label, calls, call)
+            for i, (a, b) in enumerate(zip(sync, check.run_async(calls, call), strict=True)):
                 if a != b:
-                    raise _fail("sync == async", f"{label} call {start + i + 1}", _diff(a, b))
-            state = None
-            subject = fresh()
-            for i, history in enumerate(calls):
-                tick(i)
-                fed: MemoryState | None = (
-                    None if state is None else MemoryState.from_json(state.to_json())
-                )
-                result = subject.apply(history, fed)
-                if result != sync[i]:
-                    where = f"{label} call {start + i + 1}"
-                    raise _fail(
-                        "state round-trip",
-                        where,
-                        "fed the round-tripped state: " + _diff(sync[i], result),
-                    )
-                state = result.state
+                    raise _fail("sync == async", f"{label} call {call + i + 1}", _diff(a, b))
+            check.run_round_trip(label, calls, call, sync)
             call += len(calls)
     finally:
-        for made, own in clocks:
-            if own is _NO_CLOCK:
-                del made.clock  # the class's clock again
-            else:
-                made.clock = own
+        check.restore()

@@ -36,6 +36,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langgraph.graph import START, StateGraph  # noqa: E402
 
 from langmem_ext import MemoryMessagesState, MemoryNode, SummaryBuffer  # noqa: E402
+from langmem_ext.strategies.options import split_policy  # noqa: E402
 
 MAX_TOKENS = 1_000
 MAX_SUMMARY_TOKENS = 100
@@ -73,8 +74,13 @@ def markers(text: str) -> set[str]:
 
 
 def make_strategy(summarize: Callable[..., Any] = summarizer, **kwargs: Any) -> SummaryBuffer:
+    policy, kwargs = split_policy(kwargs)
     return SummaryBuffer(
-        MAX_TOKENS, summarizer=summarize, max_summary_tokens=MAX_SUMMARY_TOKENS, **kwargs
+        MAX_TOKENS,
+        summarizer=summarize,
+        max_summary_tokens=MAX_SUMMARY_TOKENS,
+        policy=policy,
+        **kwargs,
     )
 
 

@@ -55,6 +55,7 @@ from langgraph.store.base import BaseStore  # noqa: E402
 from langmem_ext import SummaryBuffer  # noqa: E402
 from langmem_ext.core.keys import MemoryKey  # noqa: E402
 from langmem_ext.integrations.history import ManagedChatMessageHistory  # noqa: E402
+from langmem_ext.strategies.options import split_policy  # noqa: E402
 
 MAX_TOKENS = 700
 MAX_SUMMARY_TOKENS = 100
@@ -145,7 +146,8 @@ def make_strategy(summarize: Callable[..., Any] = summarizer, **kwargs: Any) -> 
         "placement": "human",  # the template has its own system message
         **kwargs,
     }
-    return SummaryBuffer(MAX_TOKENS, summarizer=summarize, **options)
+    policy, options = split_policy(options)
+    return SummaryBuffer(MAX_TOKENS, summarizer=summarize, policy=policy, **options)
 
 
 def key_for(session: str) -> MemoryKey:

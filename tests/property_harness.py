@@ -70,6 +70,7 @@ from langmem_ext import (
     SummaryBuffer,
     TieredSummary,
 )
+from langmem_ext.strategies.options import split_policy
 from langmem_ext.summarize.summarizer import TEMPLATES
 
 MAX_TURNS = 40
@@ -410,8 +411,9 @@ class Case:
             if self.kind != "compacting":  # they take the Summarizer's budget
                 kwargs.pop("max_summary_tokens", None)
         cls = {"buffer": SummaryBuffer, "compacting": Compacting, "tiered": TieredSummary}
+        policy, kwargs = split_policy({**kwargs, "clock": clock})
         strategy: SummaryBuffer | Compacting | TieredSummary = cls[self.kind](
-            summarizer=summarizer, counter=counter, clock=clock, **kwargs
+            summarizer=summarizer, counter=counter, policy=policy, **kwargs
         )
         # the fake's answers are markers and filler, not summaries: these properties check the
         # fold mechanics, and summary validation has its own tests (test_summary_checks.py)

@@ -66,8 +66,9 @@ from langmem_ext import (
 )
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.retrieval import strategy as retrieval_module
+from langmem_ext.retrieval import layout as retrieval_module
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.options import FoldPolicy
 from langmem_ext.testing import agent_loop
 
 #: the Summarizer's timeout in every model-fault scenario
@@ -95,14 +96,10 @@ def summarizing(kind: str, model: Any, clock: JumpingClock, mode: str) -> Strate
     folding inline or in the background (``prefetch_tokens``, ``fold_wait=None``: the crossing
     call waits for the running fold, which must still end at its deadline)."""
     summarizer = Summarizer(model, timeout=TIMEOUT, max_summary_tokens=150, max_input_tokens=4_000)
-    options: dict[str, Any] = {
-        "summarizer": summarizer,
-        "clock": clock,
-        "retry_initial": 2.0,
-        "retry_max": RETRY_MAX,
-    }
+    policy: dict[str, Any] = {"clock": clock, "retry_initial": 2.0, "retry_max": RETRY_MAX}
     if mode == "background":
-        options.update(prefetch_tokens=1_000, fold_wait=None)
+        policy.update(prefetch_tokens=1_000, fold_wait=None)
+    options: dict[str, Any] = {"summarizer": summarizer, "policy": FoldPolicy(**policy)}
     if kind == "summary_buffer":
         return SummaryBuffer(1_500, **options)
     if kind == "compacting":
@@ -492,7 +489,7 @@ def stored_items(store: BaseStore, prefix: tuple[str, ...]) -> list[Any]:
 
 @contextmanager
 def small_blocks() -> Iterator[None]:
-    with mock.patch.object(retrieval_module, "_BLOCK", SMALL_BLOCK):
+    with mock.patch.object(retrieval_module, "BLOCK", SMALL_BLOCK):
         yield
 
 

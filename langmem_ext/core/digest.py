@@ -35,28 +35,21 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from langmem_ext.core.identity import KeyChain, fingerprint
+from langmem_ext.core.limits import CutConfig, require_int
 from langmem_ext.core.messages import Unit, clip_chars, clip_marker, iter_units_reverse
-from langmem_ext.core.plan import (
-    CutConfig,
-    CutTurn,
-    Selection,
-    cut_result,
-    require_int,
-    select_view,
-)
+from langmem_ext.core.plan import CutTurn, cut_result, select_view
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.text import longest_prefix_within
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.core.transcript import content_text
+from langmem_ext.core.walk import Selection
 from langmem_ext.errors import ContextOverflowError
 
 __all__ = [
@@ -155,29 +148,46 @@ def digest_text(unit: Unit, observation_tokens: int, count_text: Callable[[str],
     return "\n".join(lines)
 
 
-#: digests made in this process, by (round key, observation_tokens, counter, the round's content):
-#: a view walks past rounds it does not show (to find the turn's request), and those are not kept
-#: in the state. The content is part of the key: two conversations whose rounds have the same
-#: key (messages without ids, same history) but other results never share a digest. The counter
-#: is held, so its id cannot be reused while the entry lives. Bounded (LRU).
-_MADE: OrderedDict[tuple[str, int, int, int], tuple[TokenCounter, str | None]] = OrderedDict()
-_MADE_SIZE = 50_000
-_MADE_LOCK = threading.Lock()
+class _MadeKey:
+    """What a digest made in this process is found by: the round's key, ``observation_tokens``,
+    the counter (the same object: it is held, so its id cannot be reused while the entry lives)
+    and a hash of the round's content. The content is part of the key: two conversations whose
+    rounds have the same key (messages without ids, same history) but other results never share
+    a digest."""
+
+    __slots__ = ("content", "counter", "key", "tokens")
+
+    def __init__(self, key: str, tokens: int, counter: TokenCounter, content: int) -> None:
+        self.key, self.tokens, self.counter, self.content = key, tokens, counter, content
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _MadeKey)
+            and self.counter is other.counter
+            and (self.key, self.tokens, self.content) == (other.key, other.tokens, other.content)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.tokens, id(self.counter), self.content))
 
 
-def _made(key: tuple[str, int, int, int]) -> tuple[TokenCounter, str | None] | None:
-    with _MADE_LOCK:
-        found = _MADE.get(key)
-        if found is not None:
-            _MADE.move_to_end(key)
-        return found
+class _Made:
+    """The slot of one digest: ``result`` is ``None`` until it is made, then ``(text,)`` (a
+    ``None`` text: the digest was not smaller than the round). One attribute, set in one
+    store, so two threads that make the same digest at once both store the same answer."""
+
+    __slots__ = ("result",)
+
+    def __init__(self) -> None:
+        self.result: tuple[str | None] | None = None
 
 
-def _remember(key: tuple[str, int, int, int], counter: TokenCounter, text: str | None) -> None:
-    with _MADE_LOCK:
-        _MADE[key] = (counter, text)
-        if len(_MADE) > _MADE_SIZE:
-            _MADE.popitem(last=False)
+#: digests made in this process: a view walks past rounds it does not show (to find the turn's
+#: request), and those are not kept in the state. Bounded (LRU); ``functools.lru_cache`` keeps
+#: the map consistent across threads, so the core needs no lock of its own.
+@functools.lru_cache(maxsize=50_000)
+def _made(key: _MadeKey) -> _Made:
+    return _Made()
 
 
 @functools.lru_cache(maxsize=8_192)
@@ -257,17 +267,17 @@ class Tier1:
         """A new digest of ``unit`` (None: not smaller than the round), made once per process."""
         assert self.settings is not None
         tokens, counter = self.settings.observation_tokens, self.counter
-        memo = (key, tokens, id(counter), hash(tuple(fingerprint(m) for m in unit.messages)))
-        found = _made(memo)
-        if found is not None:
-            return found[1]
+        content = hash(tuple(fingerprint(m) for m in unit.messages))
+        slot = _made(_MadeKey(key, tokens, counter, content))
+        if slot.result is not None:
+            return slot.result[0]
         text: str | None = digest_text(unit, tokens, counter.count_text)
         assert text is not None
         if counter.count_message(_digest_message(key, text, unit.size)) >= sum(
             counter.count_message(m) for m in unit.messages
         ):
             text = None
-        _remember(memo, counter, text)
+        slot.result = (text,)
         return text
 
     def __call__(self, unit: Unit) -> Unit:
@@ -335,6 +345,37 @@ def _suffix(chosen: Selection, n: int) -> int:
     return n if chosen.suffix is None else chosen.suffix
 
 
+def _point_must_move(
+    chosen: Selection,
+    messages: Sequence[BaseMessage],
+    point: int,
+    config: DigestCutConfig,
+    counter: TokenCounter,
+) -> bool:
+    """Whether the digest point moves after the view ``chosen``: a verbatim message was cut, or
+    the view passes the trigger while the verbatim messages after the point cost more than the
+    slack."""
+    n = len(messages)
+    return chosen.missing_from(point, n) > 0 or (
+        chosen.tokens > config.level(config.trigger_tokens)
+        and verbatim_tokens(messages, max(point, _suffix(chosen, n)), counter) > config.slack
+    )
+
+
+def _next_point(
+    messages: Sequence[BaseMessage], point: int, config: DigestCutConfig, counter: TokenCounter
+) -> int:
+    """Where the digest point moves from ``point`` (:func:`digest_point` under ``config``)."""
+    return digest_point(
+        messages,
+        point,
+        config.digest.keep_rounds,
+        config.min_messages,
+        counter.count_message,
+        config.level(config.max_tokens or 0),
+    )
+
+
 def plan_digest(
     messages: Sequence[BaseMessage],
     state: MemoryState,
@@ -370,23 +411,12 @@ def plan_digest(
     try:
         chosen: Selection | None = select()
         assert chosen is not None
-        over = chosen.missing_from(point, turn.n) > 0 or (  # a verbatim message was cut
-            chosen.tokens > config.level(config.trigger_tokens)
-            and verbatim_tokens(messages, max(point, _suffix(chosen, turn.n)), counter)
-            > config.slack
-        )
+        over = _point_must_move(chosen, messages, point, config, counter)
     except ContextOverflowError:
         chosen, over = None, True
     moved = False
     if over:
-        target = digest_point(
-            messages,
-            point,
-            config.digest.keep_rounds,
-            config.min_messages,
-            counter.count_message,
-            config.level(config.max_tokens or 0),
-        )
+        target = _next_point(messages, point, config, counter)
         if target > point:
             tier.digest_at, moved = target, True
             chosen = select()

@@ -245,14 +245,22 @@ def _single(index: int, message: BaseMessage) -> Unit:
     return Unit(index, index + 1, (shown,), "other")
 
 
-def _tool_unit(
-    messages: Sequence[BaseMessage], lo: int, hi: int, skip: set[int], trailing: bool
-) -> Unit:
-    first_result: dict[str, int] = {}
+def _first_results(
+    messages: Sequence[BaseMessage], lo: int, hi: int, skip: set[int]
+) -> dict[str, int]:
+    """tool_call_id -> index of its first result in ``messages[lo:hi]`` (``skip``: orphans)."""
+    first: dict[str, int] = {}
     for k in range(lo, hi):
         m = messages[k]
         if k not in skip and isinstance(m, ToolMessage):
-            first_result.setdefault(m.tool_call_id, k)
+            first.setdefault(m.tool_call_id, k)
+    return first
+
+
+def _tool_unit(
+    messages: Sequence[BaseMessage], lo: int, hi: int, skip: set[int], trailing: bool
+) -> Unit:
+    first_result = _first_results(messages, lo, hi, skip)
     out: list[BaseMessage] = []
     order: list[int] = []  # input index of each message of `out` that is not a placeholder
     emitted: set[int] = set()

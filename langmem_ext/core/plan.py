@@ -29,127 +29,61 @@ costs O(view), not O(history).
 
 from __future__ import annotations
 
-import functools
 import itertools
-import math
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langmem_ext.core.identity import KeyChain, stable_key, tool_call_ids
+from langmem_ext.core.identity import KeyChain, tool_call_ids
+from langmem_ext.core.limits import (
+    CutConfig,
+    Overflow,
+    StartOn,
+    ViewLimits,
+    require_int,
+)
 from langmem_ext.core.messages import (
     Unit,
     as_standard,
-    clip_message,
     ensure_message,
     is_system,
     iter_units_reverse,
     merge_system_messages,
     pinned_request,
 )
+from langmem_ext.core.overflow import budget_error, make_required_fit
 from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
-from langmem_ext.errors import ContextOverflowError, InvalidHistoryError
+from langmem_ext.core.transitions import after_cut
+from langmem_ext.core.walk import (
+    Budget,
+    Required,
+    Selection,
+    Walk,
+    budget_for,
+    fits_within,
+)
+from langmem_ext.errors import InvalidHistoryError
 
+# The settings (:mod:`~langmem_ext.core.limits`) and the walk's :class:`Selection`
+# (:mod:`~langmem_ext.core.walk`) are named here too: the strategies import the cutting plan's
+# vocabulary from one place.
 __all__ = [
     "CutConfig",
     "CutTurn",
     "Overflow",
+    "Selection",
     "StartOn",
     "ViewLimits",
     "cut_result",
     "leads",
     "plan_cut",
+    "require_int",
     "select_view",
 ]
-
-StartOn = Literal["human", "any"]
-Overflow = Literal["error", "clip"]
-
-
-def require_int(name: str, value: object, minimum: int, why: str = "") -> None:
-    """Refuse a non-integer (``bool`` included) or too small setting, naming it, before any
-    arithmetic on it. ``why`` says what the minimum protects."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(
-            f"{name} must be an integer >= {minimum:,}, got {value!r}" + (f" {why}" if why else "")
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ViewLimits:
-    """What every view keeps back and must hold: the knobs the cutting stage
-    (:class:`CutConfig`) and the fold stage (:class:`~langmem_ext.core.fold.FoldConfig`) share, with
-    their validation and the arithmetic of a token level, written once."""
-
-    #: tokens held back for tool schemas and the model's output
-    reserve_tokens: int = 0
-    #: share of a token level held back for counter error (0.1 = 10%)
-    safety_margin: float = 0.0
-    #: the view holds at least this many messages (whole units)
-    min_messages: int = 1
-    #: ``"human"``: the first non-system message of a view is a HumanMessage; ``"any"``: any unit
-    start_on: StartOn = "human"
-    #: keep the leading SystemMessage (always first, always counted)
-    keep_system: bool = True
-
-    def _check_limits(self, max_tokens: int | None) -> None:
-        require_int("reserve_tokens", self.reserve_tokens, 0)
-        require_int("min_messages", self.min_messages, 0)
-        if (
-            not isinstance(self.safety_margin, (int, float))
-            or isinstance(self.safety_margin, bool)
-            or not 0.0 <= self.safety_margin < 1.0  # also refuses NaN
-        ):
-            raise ValueError(f"safety_margin must be in [0, 1), got {self.safety_margin!r}")
-        if max_tokens is not None and self.reserve_tokens >= max_tokens:
-            raise ValueError(
-                f"reserve_tokens ({self.reserve_tokens:,}) leaves nothing of max_tokens "
-                f"({max_tokens:,}) for messages"
-            )
-        if self.start_on not in ("human", "any"):
-            raise ValueError(f"start_on must be 'human' or 'any', got {self.start_on!r}")
-
-    def level(self, tokens: int) -> int:
-        """What a view may cost under the token level ``tokens``, after the safety margin and
-        the reserve."""
-        return math.floor(tokens * (1.0 - self.safety_margin)) - self.reserve_tokens
-
-    def ceiling(self, tokens: int | None) -> int | None:
-        """:meth:`level`, or ``None`` for no level."""
-        return None if tokens is None else self.level(tokens)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CutConfig(ViewLimits):
-    """The knobs of the cutting stage. Validated on construction, with messages that say why."""
-
-    max_tokens: int | None = None
-    target_tokens: int | None = None
-    max_messages: int | None = None
-    overflow: Overflow = "error"
-    #: ``overflow="clip"``: clip the newest human message first (chat: it is what overflows),
-    #: or last (the fold stage: a long turn's request stays verbatim unless it alone is over)
-    clip_request_last: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("max_tokens", "target_tokens", "max_messages"):
-            if getattr(self, name) is not None:
-                require_int(name, getattr(self, name), 1)
-        self._check_limits(self.max_tokens)
-        if self.target_tokens is not None:
-            if self.max_tokens is None:
-                raise ValueError("target_tokens needs max_tokens")
-            if self.target_tokens > self.max_tokens:
-                raise ValueError(
-                    f"target_tokens ({self.target_tokens:,}) must not exceed max_tokens "
-                    f"({self.max_tokens:,}); it is the level a cut goes down to"
-                )
-        if self.overflow not in ("error", "clip"):
-            raise ValueError(f"overflow must be 'error' or 'clip', got {self.overflow!r}")
 
 
 def leads(unit: Unit, start_on: StartOn) -> bool:
@@ -157,96 +91,6 @@ def leads(unit: Unit, start_on: StartOn) -> bool:
     if start_on == "human":
         return unit.kind == "human"
     return unit.kind in ("human", "ai", "tool")  # a custom role never leads a view
-
-
-@dataclass(slots=True)
-class _Costed:
-    unit: Unit
-    tokens: int
-    size: int  # messages the unit puts in a view
-    clipped: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)
-class _Walk:
-    """Units from the newest backwards, pulled lazily, with running sums (position 0 = newest)."""
-
-    walker: Iterator[Unit]
-    count: Callable[[BaseMessage], int]
-    units: list[_Costed] = field(default_factory=list)
-    cum_tokens: list[int] = field(default_factory=list)
-    cum_size: list[int] = field(default_factory=list)
-    done: bool = False
-
-    def has(self, pos: int) -> bool:
-        while len(self.units) <= pos and not self.done:
-            unit = next(self.walker, None)
-            if unit is None:
-                self.done = True
-                break
-            tokens = sum(self.count(m) for m in unit.messages)
-            self.units.append(_Costed(unit, tokens, len(unit.messages)))
-            self.cum_tokens.append((self.cum_tokens[-1] if self.cum_tokens else 0) + tokens)
-            self.cum_size.append((self.cum_size[-1] if self.cum_size else 0) + len(unit.messages))
-        return pos < len(self.units)
-
-    def replace(self, pos: int, unit: Unit) -> None:
-        """Put a changed unit (clipped, shortened) at ``pos`` and fix the running sums."""
-        old = self.units[pos]
-        tokens = sum(self.count(m) for m in unit.messages)
-        d_tokens, d_size = tokens - old.tokens, len(unit.messages) - old.size
-        self.units[pos] = _Costed(unit, tokens, len(unit.messages))
-        for q in range(pos, len(self.units)):
-            self.cum_tokens[q] += d_tokens
-            self.cum_size[q] += d_size
-
-
-def _fits(tokens: int, size: int, limit: int | None, max_messages: int | None) -> bool:
-    return (limit is None or tokens <= limit) and (max_messages is None or size <= max_messages)
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """What :func:`select_view` chose: the view and the figures the callers report."""
-
-    view: list[BaseMessage]
-    #: tokens of the view by the counter, with the per-request overhead
-    tokens: int
-    #: input messages of ``messages[start:]`` the view represents
-    kept: int
-    #: index of the first kept message when the view is one contiguous run, else None
-    cut: int | None
-    #: index of the oldest kept message (also for a gap view)
-    first: int | None = None
-    clipped: tuple[str, ...] = ()
-    repaired: bool = False
-    #: hysteresis held the previous cut
-    held: bool = False
-    gap: bool = False
-    #: index of the first message of the view's newest contiguous run (``first`` unless a gap)
-    suffix: int | None = None
-    #: input messages a repair removed (orphan and duplicate tool results) in the selected units
-    #: and next to the view's newest run: in ``messages_dropped`` (not in ``kept``), but never
-    #: shown by any view, so they are not missing from it either (see :attr:`represented`)
-    repaired_away: int = 0
-
-    @property
-    def represented(self) -> int:
-        """Input messages the view stands for: those it keeps, and those a repair removed that no
-        view could show. What "is every message accounted for" (a fold's trigger, the
-        not-shown count, whether a verbatim message was cut) is measured against."""
-        return self.kept + self.repaired_away
-
-    def missing_from(self, index: int, n: int) -> int:
-        """How many of the input messages ``index..n-1`` the view leaves out (a gap view's head
-        counts as shown; messages a repair removed count as represented)."""
-        if self.suffix is None:
-            return n - index
-        if self.suffix <= index:
-            return 0
-        head = self.represented - (n - self.suffix)  # the gap view's head messages
-        shown_head = head if self.gap and self.first is not None and self.first >= index else 0
-        return max(self.suffix - index - shown_head, 0)
 
 
 def running_total(
@@ -335,13 +179,12 @@ def cut_result(
     and the digests shown, for :func:`~langmem_ext.core.digest.plan_digest`) and the report."""
     n, keys = turn.n, turn.keys
     kept = chosen.kept + (1 if turn.system is not None else 0)
-    next_state = replace(
+    next_state = after_cut(
         state,
+        keys,
         seen=n,
         seen_tokens=turn.all_tokens,
-        seen_key=keys(n - 1) if n else None,
         cut_index=chosen.cut,
-        cut_key=keys(chosen.cut) if chosen.cut is not None else None,
         digested=digested,
         digests=digests,
     )
@@ -370,54 +213,8 @@ def cut_result(
     return MemoryResult(chosen.view, next_state, report)
 
 
-@dataclass(frozen=True, slots=True)
-class _Budget:
-    """The token room of one selection, after the fixed part of the request."""
-
-    #: the pinned system message
-    system_tokens: int
-    #: request overhead plus the system message: what the view costs before any message
-    fixed: int
-    #: what the whole view may cost (``max_tokens`` after margin and reserve), None: no limit
-    max_view: int | None
-    #: what the view may cost at the hysteresis level (``target_tokens``), None: no target
-    target_view: int | None
-    #: room for messages under ``max_tokens``
-    room: int | None
-    #: room for messages at the level a fresh cut goes down to (``target_tokens`` or the top)
-    cut_room: int | None
-
-
-def _budget(config: CutConfig, counter: TokenCounter, system: SystemMessage | None) -> _Budget:
-    system_tokens = counter.count_message(system) if system is not None else 0
-    fixed = counter.count_messages(()) + system_tokens
-    max_view = config.ceiling(config.max_tokens)
-    room = None if max_view is None else max_view - fixed
-    target_view = config.ceiling(config.target_tokens)
-    cut_room = room if target_view is None else target_view - fixed
-    return _Budget(system_tokens, fixed, max_view, target_view, room, cut_room)
-
-
-@dataclass(frozen=True, slots=True)
-class _Required:
-    """What every view must hold, as walk positions (0 = newest unit)."""
-
-    #: the contiguous run ``0..tail`` (newest unit, ``min_messages``, and, when the newest human
-    #: turn fits with it, that turn from the unit that may lead a view)
-    tail: int
-    #: the newest human turn's head (the unit that leads it, up to its human message) when it is
-    #: apart from the tail: a gap view. Empty for a contiguous view.
-    head: range
-    #: the start rule that holds (``"any"`` when no unit anywhere can lead by ``start_on``)
-    start_on: StartOn
-
-    @property
-    def positions(self) -> list[int]:
-        return [*range(self.tail + 1), *self.head]
-
-
 def _newest_human_turn(
-    walk: _Walk, messages: Sequence[BaseMessage], start_on: StartOn
+    walk: Walk, messages: Sequence[BaseMessage], start_on: StartOn
 ) -> tuple[int, int | None, StartOn]:
     """The position of the newest unit with a human message (-1 when there is none), the position
     of the unit that can lead a view for it (None when there is no human message), and the start
@@ -443,7 +240,7 @@ def _newest_human_turn(
     return human, anchor, start_on
 
 
-def _no_human_message(walk: _Walk, messages: Sequence[BaseMessage]) -> InvalidHistoryError:
+def _no_human_message(walk: Walk, messages: Sequence[BaseMessage]) -> InvalidHistoryError:
     """The error for a history with no human message at all (the walk went through all of it).
 
     No view of it is valid with ``start_on="human"``: providers want the first message after the
@@ -475,11 +272,11 @@ def _from_human_message(unit: Unit, messages: Sequence[BaseMessage]) -> Unit:
 
 
 def _required(
-    walk: _Walk,
+    walk: Walk,
     messages: Sequence[BaseMessage],
     config: CutConfig,
     room: int | None,
-) -> _Required:
+) -> Required:
     """The units every view must hold: the newest unit, ``min_messages``, and the newest human
     turn from a unit that may lead a view: one contiguous run when they touch or all fit, else a
     tail and a head apart (a gap view)."""
@@ -490,9 +287,11 @@ def _required(
     if (
         anchor is not None
         and human > tail + 1
-        and not _fits(walk.cum_tokens[anchor], walk.cum_size[anchor], room, config.max_messages)
+        and not fits_within(
+            walk.cum_tokens[anchor], walk.cum_size[anchor], room, config.max_messages
+        )
     ):
-        return _Required(tail, range(human, anchor + 1), start_on)
+        return Required(tail, range(human, anchor + 1), start_on)
     # head and tail touch, or everything from the head to the end fits: one contiguous required
     # run, which must start on a leading unit
     floor = 0 if anchor is None else anchor
@@ -504,14 +303,14 @@ def _required(
         lead = tail
         while lead > floor and not leads(walk.units[lead].unit, start_on):
             lead -= 1
-    return _Required(lead, range(0), start_on)
+    return Required(lead, range(0), start_on)
 
 
-def _fresh_cut(walk: _Walk, required: _Required, config: CutConfig, room: int | None) -> int:
+def _fresh_cut(walk: Walk, required: Required, config: CutConfig, room: int | None) -> int:
     """The oldest position of the longest contiguous run that fits ``room`` and starts on a
     leading unit (at least the required run)."""
     best = position = required.tail
-    while walk.has(position + 1) and _fits(
+    while walk.has(position + 1) and fits_within(
         walk.cum_tokens[position + 1], walk.cum_size[position + 1], room, config.max_messages
     ):
         position += 1
@@ -521,14 +320,14 @@ def _fresh_cut(walk: _Walk, required: _Required, config: CutConfig, room: int | 
 
 
 def _gap_selection(
-    walk: _Walk, required: _Required, config: CutConfig, room: int | None
+    walk: Walk, required: Required, config: CutConfig, room: int | None
 ) -> list[int]:
     """The newest human turn's head, then the newest units that fit after it."""
     head = required.head
     head_tokens = sum(walk.units[p].tokens for p in head)
     head_size = sum(walk.units[p].size for p in head)
     newest = required.tail
-    while newest + 1 < head.start and _fits(
+    while newest + 1 < head.start and fits_within(
         walk.cum_tokens[newest + 1] + head_tokens,
         walk.cum_size[newest + 1] + head_size,
         room,
@@ -562,10 +361,10 @@ def select_view(
     ``start`` are not part of the walk.
 
     The phases: the budget; the required units (:func:`_required`), clipped or refused when
-    they do not fit (:func:`_overflow`); the selection (the held cut, a fresh cut, or a gap
-    view); the view built from it (:func:`_assemble`).
+    they do not fit (:func:`~langmem_ext.core.overflow.make_required_fit`); the selection (the
+    held cut, a fresh cut, or a gap view); the view built from it (:func:`_assemble`).
     """
-    budget = _budget(config, counter, system)
+    budget = budget_for(config, counter, system)
     if pinned is None:
         far = _far_request(messages, start, config, counter, budget.room, shown)
         if far is not None:
@@ -573,7 +372,7 @@ def select_view(
     units = iter_units_reverse(messages, start)
     if pinned is not None:
         units = itertools.chain(units, iter_units_reverse(messages, pinned, pinned + 1))
-    walk = _Walk(units if shown is None else map(shown, units), counter.count_message)
+    walk = Walk(units if shown is None else map(shown, units), counter.count_message)
     if not walk.has(0):  # nothing but (maybe) a system message
         view: list[BaseMessage] = [system] if system is not None else []
         return Selection(view, counter.count_messages(view), 0, None)
@@ -582,27 +381,39 @@ def select_view(
     needed = walk.cum_tokens[required.tail] + sum(walk.units[p].tokens for p in required.head)
     clipped: tuple[str, ...] = ()
     if budget.room is not None and needed > budget.room:
-        clipped = _overflow(walk, required.positions, needed, budget, config)
+        clipped = make_required_fit(walk, required.positions, needed, budget, config)
 
-    held = False
     if clipped:
-        selected = required.positions
+        selected, held = required.positions, False
     elif required.head:
-        selected = _gap_selection(walk, required, config, budget.room)
+        selected, held = _gap_selection(walk, required, config, budget.room), False
     else:
-        # contiguous: keep the previous cut while it fits (hysteresis) or cut afresh
-        kept_cut = (
-            _held_cut(walk, messages, state, config, budget.room, required.tail, keys)
-            if budget.target_view and state is not None
-            else None
-        )
-        held = kept_cut is not None
-        if kept_cut is None:
-            kept_cut = _fresh_cut(walk, required, config, budget.cut_room)
-        selected = list(range(kept_cut + 1))
+        selected, held = _contiguous(walk, messages, required, config, budget, state, keys)
     return _assemble(
         walk, selected, system, config, counter, budget, clipped, held, gap=bool(required.head)
     )
+
+
+def _contiguous(
+    walk: Walk,
+    messages: Sequence[BaseMessage],
+    required: Required,
+    config: CutConfig,
+    budget: Budget,
+    state: MemoryState | None,
+    keys: KeyChain | None,
+) -> tuple[list[int], bool]:
+    """A contiguous view's walk positions: from the previous cut while it fits (hysteresis),
+    else from a fresh cut; and whether the previous cut was held."""
+    kept_cut = (
+        _held_cut(walk, messages, state, config, budget.room, required.tail, keys)
+        if budget.target_view and state is not None
+        else None
+    )
+    held = kept_cut is not None
+    if kept_cut is None:
+        kept_cut = _fresh_cut(walk, required, config, budget.cut_room)
+    return list(range(kept_cut + 1)), held
 
 
 def _far_request(
@@ -629,7 +440,7 @@ def _far_request(
         held = size >= max(config.min_messages, 1)  # the required tail lies in newer units
         tokens += sum(counter.count_message(m) for m in counted.messages)
         size += len(counted.messages)
-        if held and not _fits(tokens, size, room, config.max_messages):
+        if held and not fits_within(tokens, size, room, config.max_messages):
             request = pinned_request(messages, start, unit.start)
             if request is None or not _answered_after(messages, request, unit.start):
                 return None
@@ -658,7 +469,7 @@ def _repaired_away(unit: Unit) -> int:
 
 
 def _collect(
-    walk: _Walk, chosen: list[int]
+    walk: Walk, chosen: list[int]
 ) -> tuple[list[BaseMessage], list[SystemMessage], int, bool, int]:
     """The messages of the walk positions ``chosen`` (oldest first), with the system messages
     found among them set apart; how many input messages they represent; whether a unit needed a
@@ -681,12 +492,12 @@ def _collect(
 
 
 def _assemble(
-    walk: _Walk,
+    walk: Walk,
     selected: list[int],
     system: SystemMessage | None,
     config: CutConfig,
     counter: TokenCounter,
-    budget: _Budget,
+    budget: Budget,
     clipped: tuple[str, ...],
     held: bool,
     *,
@@ -697,13 +508,8 @@ def _assemble(
     selected_set = set(selected)
     chosen = sorted(selected_set, reverse=True)  # oldest first
     body, strays, kept_inputs, repaired, away = _collect(walk, chosen)
-    leading: list[BaseMessage] = []
-    if config.keep_system and (system is not None or strays):
-        parts = ([system] if system is not None else []) + strays
-        leading = [merge_system_messages(parts)]
-        repaired = repaired or bool(strays)
-    elif system is not None:
-        leading = [system]
+    leading = _leading(system, strays, config)
+    repaired = repaired or (config.keep_system and bool(strays))
     if strays and not config.keep_system:
         kept_inputs -= len(strays)
     view = leading + body
@@ -721,7 +527,7 @@ def _assemble(
         kept_inputs -= len(strays)
         total = counter.count_messages(view)
         if total > max_view:  # pragma: no cover - defensive: the selection above fits by sums
-            raise _with_figures(
+            raise budget_error(
                 f"the view costs {total:,} tokens, over the budget of {max_view:,}",
                 total,
                 max_view,
@@ -729,20 +535,9 @@ def _assemble(
                 config,
             )
     first = walk.units[chosen[0]].unit.start if chosen else None
-    newest_run = 0  # the newest contiguous run of walk positions: 0..newest_run
-    while newest_run + 1 in selected_set:
-        newest_run += 1
-    # orphan results right before the newest run (a run starts on a unit that may lead a view,
-    # never on an orphan): removed by the repair as much as those inside it; counted once, so an
-    # orphan neither reads as missing (a fold's trigger, "not shown") nor is shown
-    beyond = newest_run + 1
-    while chosen and beyond not in selected_set and walk.has(beyond):
-        unit = walk.units[beyond].unit
-        if unit.kind != "orphan":
-            break
-        away += _repaired_away(unit)
-        repaired = True
-        beyond += 1
+    newest_run, orphans_away, orphans = _newest_run(walk, selected_set, bool(chosen))
+    away += orphans_away
+    repaired = repaired or orphans
     return Selection(
         view,
         total,
@@ -758,8 +553,41 @@ def _assemble(
     )
 
 
+def _leading(
+    system: SystemMessage | None, strays: list[SystemMessage], config: CutConfig
+) -> list[BaseMessage]:
+    """The view's leading system message: the pinned one with the history's stray system
+    messages merged in (``keep_system``), or the pinned one alone (none without one)."""
+    if config.keep_system and (system is not None or strays):
+        return [merge_system_messages(([system] if system is not None else []) + strays)]
+    return [system] if system is not None else []
+
+
+def _newest_run(walk: Walk, selected: set[int], any_chosen: bool) -> tuple[int, int, bool]:
+    """The newest contiguous run of the selected walk positions (``0..run``: returns ``run``),
+    with the input messages a repair removed from the orphan results right before it, and
+    whether there were any.
+
+    A run starts on a unit that may lead a view, never on an orphan: those orphans are removed
+    by the repair as much as those inside it, and counted once, so an orphan neither reads as
+    missing (a fold's trigger, "not shown") nor is shown."""
+    run = 0
+    while run + 1 in selected:
+        run += 1
+    away, found = 0, False
+    beyond = run + 1
+    while any_chosen and beyond not in selected and walk.has(beyond):
+        unit = walk.units[beyond].unit
+        if unit.kind != "orphan":
+            break
+        away += _repaired_away(unit)
+        found = True
+        beyond += 1
+    return run, away, found
+
+
 def _held_cut(
-    walk: _Walk,
+    walk: Walk,
     messages: Sequence[BaseMessage],
     state: MemoryState,
     config: CutConfig,
@@ -775,7 +603,7 @@ def _held_cut(
     index_ok = state.cut_index < len(messages) and keys(state.cut_index) == state.cut_key
     p = 0
     while walk.has(p):
-        if not _fits(walk.cum_tokens[p], walk.cum_size[p], room, config.max_messages):
+        if not fits_within(walk.cum_tokens[p], walk.cum_size[p], room, config.max_messages):
             return None
         unit = walk.units[p].unit
         at_cut = unit.start == state.cut_index if index_ok else keys(unit.start) == state.cut_key
@@ -786,113 +614,3 @@ def _held_cut(
             return None
         p += 1
     return None
-
-
-def _overflow(
-    walk: _Walk,
-    required: list[int],
-    needed: int,
-    budget: _Budget,
-    config: CutConfig,
-) -> tuple[str, ...]:
-    """Make the required units fit ``budget.room`` by clipping (``overflow="clip"``), or raise
-    :class:`~langmem_ext.errors.ContextOverflowError` with the numbers. Returns the clipped
-    messages' keys."""
-    available = budget.room
-    assert available is not None
-    refuse = functools.partial(_overflow_error, walk, required, needed, budget, config)
-    if config.overflow == "error":
-        raise refuse(
-            ". Raise max_tokens, or pass overflow='clip' to clip the message with a marker."
-        )
-    if available <= 0:
-        raise refuse(". Clipping cannot help: the system message and reserve alone exceed it.")
-    count = walk.count
-    excess = needed - available
-    clipped: list[str] = []
-    for p, i in _clip_order(walk, required, request_last=config.clip_request_last):
-        if excess <= 0:
-            break
-        original = walk.units[p].unit.messages[i]
-        before = count(original)
-        new = clip_message(original, max(before - excess, 0), count)
-        if new is None:
-            continue
-        after = count(new)
-        if after >= before:
-            continue
-        unit_messages = list(walk.units[p].unit.messages)
-        unit_messages[i] = new
-        walk.replace(p, replace(walk.units[p].unit, messages=tuple(unit_messages)))
-        excess -= before - after
-        clipped.append(stable_key(original))
-    if excess > 0:
-        raise refuse(". Clipping every required message was not enough.")
-    return tuple(clipped)
-
-
-def _clip_order(
-    walk: _Walk, required: list[int], *, request_last: bool = False
-) -> list[tuple[int, int]]:
-    """The required messages as (walk position, index in unit), in the order they are clipped:
-    the newest human message first (last with ``request_last``), then the largest."""
-    slots = [(p, i) for p in required for i in range(len(walk.units[p].unit.messages))]
-
-    def message(slot: tuple[int, int]) -> BaseMessage:
-        return walk.units[slot[0]].unit.messages[slot[1]]
-
-    humans = [s for s in slots if isinstance(message(s), HumanMessage)]
-    newest = [min(humans, key=lambda s: (s[0], -s[1]))] if humans else []
-    rest = sorted((s for s in slots if s not in newest), key=lambda s: -walk.count(message(s)))
-    return rest + newest if request_last else newest + rest
-
-
-def _overflow_error(
-    walk: _Walk,
-    required: list[int],
-    needed: int,
-    budget: _Budget,
-    config: CutConfig,
-    note: str,
-) -> ContextOverflowError:
-    """The error for required messages that do not fit, with every figure that explains it."""
-    available = budget.room if budget.room is not None else 0
-    newest_human = next(
-        (
-            walk.count(m)
-            for p in required
-            for m in reversed(walk.units[p].unit.messages)
-            if isinstance(m, HumanMessage)
-        ),
-        None,
-    )
-    human = (
-        f"; the newest human message alone needs {newest_human:,}"
-        if newest_human is not None
-        else ""
-    )
-    return _with_figures(
-        f"the messages that must be in the view need {needed:,} tokens{human}, but the "
-        f"budget leaves {max(available, 0):,} for them (max_tokens={config.max_tokens:,}, "
-        f"safety_margin={config.safety_margin:g}, reserve_tokens={config.reserve_tokens:,}, "
-        f"system message {budget.system_tokens:,}, request overhead "
-        f"{budget.fixed - budget.system_tokens:,}){note}",
-        needed,
-        available,
-        budget,
-        config,
-    )
-
-
-def _with_figures(
-    message: str, needed: int, available: int, budget: _Budget, config: CutConfig
-) -> ContextOverflowError:
-    """A :class:`~langmem_ext.errors.ContextOverflowError` carrying the budget's figures."""
-    return ContextOverflowError(
-        message,
-        needed=needed,
-        available=available,
-        max_tokens=config.max_tokens or 0,
-        reserve_tokens=config.reserve_tokens,
-        system_tokens=budget.system_tokens,
-    )

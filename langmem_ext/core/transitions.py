@@ -1,6 +1,15 @@
-"""The state rules: every transition of a :class:`~langmem_ext.core.state.MemoryState` that is not
-plain bookkeeping of one plan, in one place.
+"""The state rules: every transition of a ``MemoryState``, in one place.
 
+:data:`TRANSITIONS` lists them as data, each with the fields it may change; every function below
+goes through :func:`_move`, which refuses a field its entry does not list, so the table is the
+whole story of how a state becomes the next one. The plans, the strategies and the surfaces call
+these functions; none of them builds a state from another itself.
+
+* **A plan's bookkeeping**: :func:`after_cut` (the cutting plans: where the history stands and
+  where the view starts), :func:`after_fold_plan` (the folding plan: positions, keys, summary,
+  the folded part and the tier points), :func:`fold_counted` (one more fold adopted) and
+  :func:`with_view` (the figures of the view just chosen).
+* **Indexing** (Retrieval): :func:`indexed_through` moves the index watermark.
 * **The fold outcome** is a closed set: :class:`Folded`, :class:`FoldFailed`,
   :class:`FoldDeferred`. A driver answers a :class:`~langmem_ext.core.fold.FoldRequest` with exactly
   one of them, and :func:`health_after` / the fold plan handle each case explicitly (``mypy``
@@ -16,7 +25,8 @@ plain bookkeeping of one plan, in one place.
   moved with them by :func:`rebase_after_removal`, so the next turn sees an append-only history.
   :func:`removal_span` says what a rewrite removes; :func:`removals_for_rewrite` puts the two
   together for the surfaces (the ids to remove, and the rebased state). They know every
-  strategy's fields; no surface does.
+  strategy's fields; no surface does. :func:`without_stale_keys` drops a key that points past a
+  history that became shorter.
 
 Pure: no I/O, no clock (``now`` is passed in).
 """
@@ -26,23 +36,28 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from langchain_core.messages import BaseMessage
 from typing_extensions import assert_never
 
-from langmem_ext.core.identity import KeyChain
+from langmem_ext.core.identity import KeyChain, key_at
 from langmem_ext.core.messages import is_system, pinned_request
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
 
 __all__ = [
+    "TRANSITIONS",
     "FoldDeferred",
     "FoldFailed",
     "FoldOutcome",
     "Folded",
     "RetryPolicy",
+    "after_cut",
+    "after_fold_plan",
+    "fold_counted",
     "health_after",
+    "indexed_through",
     "kept_request",
     "may_try_fold",
     "rebase_after_removal",
@@ -50,8 +65,52 @@ __all__ = [
     "removals_for_rewrite",
     "removed_messages",
     "settled",
+    "with_view",
     "within_backoff",
+    "without_stale_keys",
 ]
+
+#: every transition, by the name of its function: the fields of the state it may change (all
+#: other fields are carried over unchanged). A new rule is a new line here and a function below.
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    name: frozenset(fields.split())
+    for name, fields in {
+        # a cutting plan ran: where the history stands, where the view starts, the digest tier
+        "after_cut": "seen seen_tokens seen_key cut_index cut_key digested digests",
+        # the folding plan ran: positions and keys, the summary, the folded part, the tier points
+        "after_fold_plan": (
+            "seen seen_tokens seen_key cut_index cut_key summary folded folded_key "
+            "folded_tokens clipped digested"
+        ),
+        # a fold was adopted
+        "fold_counted": "folds",
+        # the view was chosen: what it cost, what its prefix is made of, the digests it shows
+        "with_view": "view_tokens prefix_key digests",
+        # the outcome of a fold attempt moved the summarizer's health
+        "health_after": "health failures retry_at last_error",
+        # the clock stepped back: the backoff is brought within reach
+        "within_backoff": "retry_at",
+        # messages were removed from the front of the stored history (rewrite mode)
+        "rebase_after_removal": (
+            "seen seen_tokens seen_key folded folded_key folded_tokens cut_index cut_key "
+            "clipped digested indexed indexed_key"
+        ),
+        # a key points past a history that became shorter
+        "without_stale_keys": "seen_key cut_key",
+        # Retrieval indexed whole turns up to a watermark
+        "indexed_through": "indexed indexed_key indexed_turns",
+    }.items()
+}
+
+
+def _move(state: MemoryState, transition: str, **changes: Any) -> MemoryState:
+    """``state`` with ``changes``, which must be fields ``transition`` lists in
+    :data:`TRANSITIONS` (``replace`` validates the new state, as every construction does)."""
+    extra = changes.keys() - TRANSITIONS[transition]
+    if extra:
+        raise AssertionError(f"transition {transition!r} may not change {sorted(extra)}")
+    return replace(state, **changes)
+
 
 #: how much of a provider's error text the state keeps (it is stored with every checkpoint)
 _ERROR_CHARS = 300
@@ -129,7 +188,7 @@ def within_backoff(state: MemoryState, now: float, policy: RetryPolicy) -> Memor
     limit = now + policy.retry_max
     if state.retry_at is None or state.retry_at <= limit:
         return state
-    return replace(state, retry_at=limit)
+    return _move(state, "within_backoff", retry_at=limit)
 
 
 def may_try_fold(state: MemoryState, now: float, policy: RetryPolicy | None = None) -> bool:
@@ -149,14 +208,22 @@ def health_after(
     error (shortened: it is stored with every checkpoint); a deferred fold changes nothing."""
     match settled(outcome):
         case Folded():
-            return replace(state, health="healthy", failures=0, retry_at=None, last_error=None)
+            return _move(
+                state,
+                "health_after",
+                health="healthy",
+                failures=0,
+                retry_at=None,
+                last_error=None,
+            )
         case FoldDeferred():
             return state
         case FoldFailed(error=error, at=at):
             failures = state.failures + 1
             since = now if at is None else max(now, at)
-            return replace(
+            return _move(
                 state,
+                "health_after",
                 health="degraded" if failures >= policy.degrade_after else "retrying",
                 failures=failures,
                 retry_at=since + policy.wait(failures, getattr(error, "retry_after", None)),
@@ -230,8 +297,9 @@ def rebase_after_removal(
     seen = state.seen - gone
     cut_index = None if state.cut_index is None else state.cut_index - gone
     indexed = state.indexed - gone if state.indexed > removed_at + gone else 0
-    return replace(
+    return _move(
         state,
+        "rebase_after_removal",
         seen=seen,
         seen_tokens=state.seen_tokens - removed_tokens,
         seen_key=key_or(seen - 1, state.seen_key) if seen > 0 else state.seen_key,
@@ -264,4 +332,118 @@ def removals_for_rewrite(
         removed_count=len(gone),
         removed_tokens=sum(counter.count_message(m) for m in gone),
         kept_folded_tokens=counter.count_message(pinned) if pinned is not None else None,
+    )
+
+
+def without_stale_keys(state: MemoryState, kept_messages: Sequence[BaseMessage]) -> MemoryState:
+    """``state`` with ``seen_key`` and ``cut_key`` recomputed over ``kept_messages``, a history
+    that became shorter; a key that points past it is dropped (None) rather than kept stale."""
+    keys = KeyChain(kept_messages)
+    total = len(kept_messages)
+    seen, cut = state.seen, state.cut_index
+    return _move(
+        state,
+        "without_stale_keys",
+        seen_key=keys(seen - 1) if 0 < seen <= total else None,
+        cut_key=keys(cut) if cut is not None and 0 <= cut < total else None,
+    )
+
+
+def after_cut(
+    state: MemoryState,
+    keys: KeyChain,
+    *,
+    seen: int,
+    seen_tokens: int,
+    cut_index: int | None,
+    digested: int = 0,
+    digests: tuple[tuple[str, str], ...] = (),
+) -> MemoryState:
+    """``state`` after a cutting plan: ``seen`` messages (costing ``seen_tokens``) are known, the
+    view starts at ``cut_index`` (None: no cut), and the digest point and the digests shown are
+    those of :func:`~langmem_ext.core.digest.plan_digest` (nothing, for a plain cut)."""
+    return _move(
+        state,
+        "after_cut",
+        seen=seen,
+        seen_tokens=seen_tokens,
+        seen_key=keys(seen - 1) if seen else None,
+        cut_index=cut_index,
+        cut_key=keys(cut_index) if cut_index is not None else None,
+        digested=digested,
+        digests=digests,
+    )
+
+
+def after_fold_plan(
+    state: MemoryState,
+    keys: KeyChain,
+    *,
+    seen: int,
+    seen_tokens: int,
+    sections: Mapping[str, str],
+    body_start: int,
+    boundary: int,
+    folded_tokens: int,
+    clipped: int,
+    digested: int,
+) -> MemoryState:
+    """``state`` after the folding plan's fold (or none): ``seen`` messages are known, the
+    messages ``[body_start, boundary)`` are folded into ``sections`` (costing
+    ``folded_tokens``), a folding strategy has no cut, and the clip and digest points are
+    ``clipped`` and ``digested`` messages after ``body_start``. The view's figures come later
+    (:func:`with_view`)."""
+    return _move(
+        state,
+        "after_fold_plan",
+        seen=seen,
+        seen_tokens=seen_tokens,
+        seen_key=keys(seen - 1) if seen else None,
+        cut_index=None,
+        cut_key=None,
+        summary=tuple(sections.items()),
+        folded=boundary - body_start,
+        folded_key=keys(boundary - 1) if boundary > body_start else None,
+        folded_tokens=folded_tokens,
+        clipped=clipped,
+        digested=digested,
+    )
+
+
+def fold_counted(state: MemoryState) -> MemoryState:
+    """``state`` with one more fold adopted."""
+    return _move(state, "fold_counted", folds=state.folds + 1)
+
+
+def with_view(
+    state: MemoryState,
+    *,
+    view_tokens: int,
+    prefix_key: str,
+    digests: tuple[tuple[str, str], ...],
+) -> MemoryState:
+    """``state`` with the figures of the view just chosen: what it cost, the digest of what its
+    prefix is made of (the next call compares it), and the digests it shows."""
+    return _move(
+        state, "with_view", view_tokens=view_tokens, prefix_key=prefix_key, digests=digests
+    )
+
+
+def indexed_through(
+    state: MemoryState,
+    messages: Sequence[BaseMessage],
+    *,
+    watermark: int,
+    body_start: int,
+    turns: int,
+) -> MemoryState:
+    """``state`` once Retrieval has indexed ``messages`` up to ``watermark`` (``turns`` whole
+    turns in all): a watermark at or before ``body_start`` means nothing is indexed yet."""
+    indexed = watermark > body_start
+    return _move(
+        state,
+        "indexed_through",
+        indexed=watermark if indexed else 0,
+        indexed_key=key_at(messages, watermark - 1) if indexed else None,
+        indexed_turns=turns,
     )

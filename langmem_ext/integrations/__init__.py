@@ -4,9 +4,11 @@
 * :mod:`~langmem_ext.integrations.agents`: ``MemoryMiddleware`` for ``create_agent`` (needs the
   ``agents`` extra, so it is not imported here);
 * :mod:`~langmem_ext.integrations.history`: ``ManagedChatMessageHistory`` for
-  ``RunnableWithMessageHistory``;
+  ``RunnableWithMessageHistory``, with its per-key write locks in
+  :mod:`~langmem_ext.integrations.locks`;
 * :mod:`~langmem_ext.integrations.legacy`: the drop-in ``ConversationSummaryBufferMemory``
-  (imported by users as :mod:`langmem_ext.compat`);
+  (imported by users as :mod:`langmem_ext.compat`), with its state and pruning plan in
+  :mod:`~langmem_ext.integrations.legacy_state`;
 * ``_store``: the store flows (one generator of steps per operation, a sync and an async driver)
   and the ``StateStore`` adapter the surfaces share.
 

@@ -9,7 +9,7 @@ never a document to embed. A sync-only store (``SqliteStore`` has no async API) 
 async code: with ``sync_fallback=True`` the async methods run its sync ones in a worker thread,
 so the event loop never blocks. A store that reports itself busy (SQLite's "database is locked"
 while another process writes the same file) is asked again with a bounded backoff
-(:func:`~langmem_ext.retrieval.strategy.batch_retrying`), never failing the call at once.
+(:func:`~langmem_ext.retrieval.flows.batch_retrying`), never failing the call at once.
 
 **Flows.** An operation of a surface (append → apply → save → prune, or the legacy prune) is
 written once, as a generator that yields I/O steps and receives their results, like httpx's
@@ -38,7 +38,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from langgraph.store.base import BaseStore, GetOp, Op, PutOp
 
 from langmem_ext.core.state import MemoryState
-from langmem_ext.retrieval.strategy import abatch_retrying, batch_retrying
+from langmem_ext.retrieval.flows import abatch_retrying, batch_retrying
 
 __all__ = [
     "Flow",

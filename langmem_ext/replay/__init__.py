@@ -23,7 +23,9 @@ from langmem_ext.replay.engine import (
     model_calls,
     replay,
 )
-from langmem_ext.replay.formats import (
+from langmem_ext.replay.prices import ModelPrice, PriceError, Prices, load_prices
+from langmem_ext.replay.specs import SpecError, default_store, parse_strategy
+from langmem_ext.replay.transcripts import (
     Transcript,
     TranscriptError,
     load_postgres_thread,
@@ -32,8 +34,6 @@ from langmem_ext.replay.formats import (
     messages_from_checkpointer,
     parse_transcript,
 )
-from langmem_ext.replay.prices import ModelPrice, PriceError, Prices, load_prices
-from langmem_ext.replay.specs import SpecError, default_store, parse_strategy
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -7,7 +7,8 @@ state on, as a LangGraph checkpoint would) and records, per call, the view's tok
 it that repeats the previous view's prefix (what a provider's prompt cache serves), summaries
 made, the view's validity for the provider, and the cost at a model's prices with and without
 prompt caching. :func:`compare` does that for several strategies side by side and returns a
-:class:`Comparison` (a table, CSV, JSON, plots).
+:class:`~langmem_ext.replay.comparison.Comparison` (a table, CSV, JSON, plots). The records
+themselves are in :mod:`langmem_ext.replay.results`.
 
 ``strategy=None`` replays the transcript as it was sent: the whole history every call.
 
@@ -26,23 +27,22 @@ Example:
 from __future__ import annotations
 
 import copy
-import csv
-import io
-import json
-import os
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import validate
 from langmem_ext.core.result import MemoryResult
-from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.counting.resolve import CounterLike, as_counter
+from langmem_ext.replay.comparison import Comparison
 from langmem_ext.replay.prices import ModelPrice, Prices, load_prices
+from langmem_ext.replay.results import CallRecord, Replay
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.summarize.summarizer import Summarizer
 
@@ -61,91 +61,6 @@ __all__ = [
 DEFAULT_MODEL = "openai:gpt-4o-mini"
 
 StrategyLike = Strategy | None
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One model call of a replay. Tokens are by the replay's counter."""
-
-    #: 1-based number of the call
-    call: int
-    #: index in the transcript of the AI message this call produced
-    position: int
-    history_messages: int
-    #: what sending the whole history would have cost
-    history_tokens: int
-    view_messages: int
-    view_tokens: int
-    #: tokens of the view's prefix that repeats the previous view (prompt-cache reads)
-    cached_tokens: int
-    #: tokens of the answer (the transcript's AI message)
-    output_tokens: int
-    #: the previous view is a prefix of this one
-    prefix_kept: bool
-    #: messages folded into the summary at this call (a summary event when > 0)
-    folded: int
-    summarizer_calls: int
-    summarizer_input_tokens: int
-    summarizer_output_tokens: int
-    summary_tokens: int
-    digested: int
-    retrieved_tokens: int
-    #: history messages not in the view (trimmed, folded or digested)
-    dropped: int
-    #: no error-severity finding of ``validate`` on the view (what a provider would reject)
-    valid: bool
-    newest_human_shown: bool
-    over_budget: bool
-    #: dollars of the call (and of its summarizer calls) with every input token billed in full
-    cost: float
-    #: the same with the repeated prefix billed as prompt-cache reads
-    cost_cached: float
-    #: time in the strategy, without the summarizer's
-    seconds: float
-
-
-@dataclass
-class Replay:
-    """The calls of one strategy over one transcript (see :func:`replay`)."""
-
-    name: str
-    model: str
-    calls: list[CallRecord] = field(default_factory=list)
-    #: the most a view may cost, from the strategy's reports (None: no token limit)
-    budget: int | None = None
-    #: the error the strategy raised, if it gave up at a call (the replay stops there)
-    error: str | None = None
-    description: str = ""
-
-    def totals(self) -> dict[str, Any]:
-        """The figures of the whole replay, as in the comparison table."""
-        calls = self.calls
-        n = len(calls)
-        history = sum(c.history_tokens for c in calls)
-        view = sum(c.view_tokens for c in calls)
-        cached = sum(c.cached_tokens for c in calls)
-        return {
-            "strategy": self.name,
-            "calls": n,
-            "mean_view_tokens": view / n if n else 0.0,
-            "max_view_tokens": max((c.view_tokens for c in calls), default=0),
-            "budget": self.budget,
-            "input_tokens": view,
-            "input_vs_full": view / history if history else 0.0,
-            "cached_share": cached / view if view else 0.0,
-            "prefix_kept": sum(c.prefix_kept for c in calls[1:]) / (n - 1) if n > 1 else 0.0,
-            "summary_events": sum(1 for c in calls if c.folded),
-            "summarizer_calls": sum(c.summarizer_calls for c in calls),
-            "summarizer_input_tokens": sum(c.summarizer_input_tokens for c in calls),
-            "output_tokens": sum(c.output_tokens for c in calls),
-            "cost": sum(c.cost for c in calls),
-            "cost_cached": sum(c.cost_cached for c in calls),
-            "invalid_views": sum(not c.valid for c in calls),
-            "newest_human_missing": sum(not c.newest_human_shown for c in calls),
-            "over_budget": sum(c.over_budget for c in calls),
-            "ms_per_call": 1000 * sum(c.seconds for c in calls) / n if n else 0.0,
-            "error": self.error,
-        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,6 +226,25 @@ class _Replayer:
             self.counted = position
             yield position, history
 
+    def _view_tokens(self, report: Any) -> int:
+        """The tokens of the call's view, from the strategy's report (the whole history when
+        there is none); the report's budget becomes the replay's."""
+        if report is None:
+            return self.history_tokens
+        if report.budget is not None:
+            self.out.budget = report.budget
+        tokens: int = report.tokens_after
+        return tokens
+
+    def _cached_tokens(self, view: Sequence[BaseMessage], shared: int) -> int:
+        """The tokens of the first ``shared`` messages of ``view``: the previous call's view
+        and answer, which a provider's prompt cache serves."""
+        if shared == 0:
+            return 0
+        if shared == len(self.previous):
+            return self.previous_tokens[-1] if self.previous_tokens else 0
+        return self.overhead + sum(self.counter.count_message(m) for m in view[:shared])
+
     def record(
         self,
         position: int,
@@ -320,27 +254,18 @@ class _Replayer:
         seconds: float,
         meter_before: _Meter,
     ) -> None:
-        counter, meter = self.counter, self.meter
-        if report is None:  # the whole history
-            view_tokens = self.history_tokens
-        else:
-            view_tokens = report.tokens_after
-            if report.budget is not None:
-                self.out.budget = report.budget
+        meter = self.meter
+        view_tokens = self._view_tokens(report)
         shared = _common_prefix(self.previous, view)
-        if shared == 0:
-            cached = 0
-        elif shared == len(self.previous):
-            cached = self.previous_tokens[-1] if self.previous_tokens else 0
-        else:
-            cached = self.overhead + sum(counter.count_message(m) for m in view[:shared])
-        cached = min(cached, view_tokens)
-        output = counter.count_message(self.messages[position])
+        cached = min(self._cached_tokens(view, shared), view_tokens)
+        output = self.counter.count_message(self.messages[position])
         s_in = meter.input_tokens - meter_before.input_tokens
         s_out = meter.output_tokens - meter_before.output_tokens
-        summarizing = 0.0
-        if self.summarizer_price is not None:
-            summarizing = self.summarizer_price.cost(input_tokens=s_in, output_tokens=s_out)
+        summarizing = (
+            0.0
+            if self.summarizer_price is None
+            else self.summarizer_price.cost(input_tokens=s_in, output_tokens=s_out)
+        )
         newest = self.newest_human
         findings = validate(view)
         self.out.calls.append(
@@ -522,120 +447,6 @@ def _resume(
 
 def _default_name(strategy: StrategyLike) -> str:
     return "full history" if strategy is None else type(strategy).__name__
-
-
-# --------------------------------------------------------------------------------------------
-# several strategies side by side
-
-#: the columns of :meth:`Comparison.table`: (key of ``Replay.totals()``, header, format)
-COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("strategy", "strategy", str),
-    ("calls", "calls", lambda v: f"{v:,}"),
-    ("mean_view_tokens", "mean view", lambda v: f"{v:,.0f}"),
-    ("max_view_tokens", "max view", lambda v: f"{v:,}"),
-    ("input_vs_full", "input ÷ full", lambda v: f"{v:.2f}x"),
-    ("prefix_kept", "prefix kept", lambda v: f"{v:.1%}"),
-    ("cached_share", "cached input", lambda v: f"{v:.1%}"),
-    ("summary_events", "summaries", lambda v: f"{v:,}"),
-    ("summarizer_input_tokens", "summarizer read", lambda v: f"{v:,}"),
-    ("cost", "cost", lambda v: f"${v:,.4f}"),
-    ("cost_cached", "cost, cached", lambda v: f"${v:,.4f}"),
-    ("invalid_views", "invalid", lambda v: f"{v:,}"),
-    ("over_budget", "over budget", lambda v: f"{v:,}"),
-)
-
-
-@dataclass
-class Comparison:
-    """Replays of one transcript side by side (see :func:`compare`)."""
-
-    replays: list[Replay]
-    model: str
-    source: str = ""
-    transcript_messages: int = 0
-
-    def rows(self) -> list[dict[str, Any]]:
-        """``Replay.totals()`` of each replay, in order."""
-        return [r.totals() for r in self.replays]
-
-    def table(self, *, markdown: bool = True) -> str:
-        """The totals as a markdown table (or aligned plain text), one row per strategy, with
-        a line under it per replay that stopped early."""
-        header = [h for _, h, _ in COLUMNS]
-        body = [[fmt(row[key]) for key, _, fmt in COLUMNS] for row in self.rows()]
-        if markdown:
-            lines = ["| " + " | ".join(header) + " |"]
-            lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-            lines += ["| " + " | ".join(r) + " |" for r in body]
-        else:
-            widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-            lines = [
-                "  ".join(
-                    c.ljust(w) if i == 0 else c.rjust(w)
-                    for i, (c, w) in enumerate(zip(header, widths, strict=True))
-                )
-            ]
-            lines += [
-                "  ".join(
-                    c.ljust(w) if i == 0 else c.rjust(w)
-                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
-                )
-                for r in body
-            ]
-        for r in self.replays:
-            if r.error:
-                lines.append(f"{r.name} stopped at {r.error}")
-        return "\n".join(lines)
-
-    def to_csv(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
-        """One row per strategy and model call (every :class:`CallRecord` field); written to
-        ``target`` (a path or an open text file) when given, and returned."""
-        buffer = io.StringIO()
-        names = ["strategy", *CallRecord.__slots__]
-        writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
-        writer.writeheader()
-        for r in self.replays:
-            for c in r.calls:
-                writer.writerow({"strategy": r.name, **asdict(c)})
-        return _write(buffer.getvalue(), target)
-
-    def to_json(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
-        """Everything: the transcript, the model, and per strategy its totals and calls."""
-        data = {
-            "source": self.source,
-            "transcript_messages": self.transcript_messages,
-            "model": self.model,
-            "strategies": [
-                {
-                    "name": r.name,
-                    "description": r.description,
-                    "totals": r.totals(),
-                    "calls": [asdict(c) for c in r.calls],
-                }
-                for r in self.replays
-            ],
-        }
-        return _write(json.dumps(data, indent=1) + "\n", target)
-
-    def plot(self, path: str | os.PathLike[str] | None = None, *, title: str | None = None) -> Any:
-        """Four panels: view tokens per call (summary events marked), cumulative input tokens,
-        cumulative cost with and without prompt caching, and the share of each view served
-        from the prompt cache. Saved as PNG at ``path`` when given; returns the matplotlib
-        figure. Needs matplotlib (``pip install 'langmem-ext[experiment]'``)."""
-        from langmem_ext.replay.plots import plot_comparison
-
-        return plot_comparison(self, path, title=title)
-
-
-def _write(text: str, target: str | os.PathLike[str] | IO[str] | None) -> str:
-    if target is None:
-        return text
-    if isinstance(target, (str, os.PathLike)):
-        with open(target, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-    else:
-        target.write(text)
-    return text
 
 
 def _named(

@@ -32,7 +32,7 @@ from importlib import resources
 from typing import Any
 
 from langmem_ext.errors import LangmemExtError
-from langmem_ext.replay.formats import DEFAULT_MAX_BYTES, loads_bounded, read_bounded
+from langmem_ext.replay.transcripts.limits import DEFAULT_MAX_BYTES, loads_bounded, read_bounded
 
 __all__ = ["ModelPrice", "PriceError", "Prices", "load_prices"]
 

@@ -10,7 +10,9 @@ first positional argument (``token_budget:8000``). Values are read as integers (
 
 For ``retrieval+INNER``, the keywords ``Retrieval`` takes (``k``, ``max_retrieved_tokens``,
 ``neighbors`` ...) go to it and the rest to the inner strategy. Summarizing strategies get the
-``summarizer`` given to :func:`parse_strategy` unless the spec names one.
+``summarizer`` given to :func:`parse_strategy` unless the spec names one, and take the
+:class:`~langmem_ext.strategies.options.FoldPolicy` settings flat (``placement=human``,
+``max_messages=40``): they are gathered into its ``policy=``.
 
 Example:
     >>> from langmem_ext import ExtractiveSummarizer
@@ -35,10 +37,11 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from langmem_ext.core.tokens import CounterLike
+from langmem_ext.counting.resolve import CounterLike
 from langmem_ext.errors import LangmemExtError
-from langmem_ext.retrieval.strategy import Retrieval
+from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.options import POLICY_FIELDS, split_policy
 from langmem_ext.strategies.presets import (
     Compacting,
     SlidingWindow,
@@ -106,11 +109,14 @@ def _class(name: str, spec: str) -> type[Strategy]:
 
 
 def _parameters(cls: type[Any]) -> list[str]:
-    return [
+    names = [
         p.name
         for p in inspect.signature(cls.__init__).parameters.values()
         if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
+    if issubclass(cls, _SUMMARIZING):  # a spec is flat: the policy's settings are named directly
+        names = [n for n in names if n != "policy"] + list(POLICY_FIELDS)
+    return names
 
 
 def _arguments(text: str, spec: str) -> tuple[list[Any], dict[str, Any]]:
@@ -170,6 +176,44 @@ def default_store(embeddings: Embeddings | None = None) -> Any:
     return InMemoryStore(index={"dims": 384, "embed": embeddings, "fields": ["text"]})
 
 
+def _wrapped(head: str, spec: str) -> str:
+    """The name of the strategy a ``retrieval+NAME`` head wraps."""
+    _, plus, inner_name = head.partition("+")
+    if not plus or not inner_name.strip():
+        raise SpecError(
+            f"strategy {spec!r}: retrieval wraps a strategy: write retrieval+<strategy>, "
+            "e.g. 'retrieval+token_budget:4500,k=5'"
+        )
+    inner = inner_name.strip()
+    if inner.lower().startswith("retrieval"):
+        raise SpecError(f"strategy {spec!r}: retrieval cannot wrap retrieval")
+    if _key(inner) in {_key(f) for f in _FULL}:
+        raise SpecError(
+            f"strategy {spec!r}: retrieval wraps a strategy that leaves turns out of the "
+            f"view, and {inner!r} does not (it is not one of: {', '.join(STRATEGIES)}); "
+            "e.g. 'retrieval+token_budget:4500,k=5'"
+        )
+    return inner
+
+
+def _summarizing(
+    cls: type[Any], keywords: dict[str, Any], summarizer: SummarizerLike | None, spec: str
+) -> dict[str, Any]:
+    """The keywords of a summarizing strategy: the summarizer given unless the spec names one,
+    and the fold-policy arguments gathered into its ``policy`` (a ``FoldPolicy``)."""
+    if "summarizer" not in keywords:
+        if summarizer is None:
+            raise SpecError(f"strategy {spec!r}: {cls.__name__} needs a summarizer")
+        keywords["summarizer"] = summarizer
+    try:
+        policy, keywords = split_policy(keywords)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"strategy {spec!r}: {exc}") from None
+    if policy is not None:
+        keywords["policy"] = policy
+    return keywords
+
+
 def parse_strategy(
     spec: str,
     *,
@@ -194,37 +238,25 @@ def parse_strategy(
         return text, None
     retrieval = head.lower().startswith("retrieval")
     if retrieval:
-        _, plus, inner_name = head.partition("+")
-        if not plus or not inner_name.strip():
-            raise SpecError(
-                f"strategy {spec!r}: retrieval wraps a strategy: write retrieval+<strategy>, "
-                "e.g. 'retrieval+token_budget:4500,k=5'"
-            )
-        head = inner_name.strip()
-        if head.lower().startswith("retrieval"):
-            raise SpecError(f"strategy {spec!r}: retrieval cannot wrap retrieval")
-        if _key(head) in {_key(f) for f in _FULL}:
-            raise SpecError(
-                f"strategy {spec!r}: retrieval wraps a strategy that leaves turns out of the "
-                f"view, and {head!r} does not (it is not one of: {', '.join(STRATEGIES)}); "
-                "e.g. 'retrieval+token_budget:4500,k=5'"
-            )
+        head = _wrapped(head, spec)
     cls = _class(head, text)
     args, keywords = _arguments(rest, text)
     outer: dict[str, Any] = {}
     if retrieval:
-        taken = set(_parameters(Retrieval)) - {"inner", "max_tokens", "store", "sources", "key"}
+        # Retrieval's own keywords and its RetrievalConfig's settings (gathered into config=)
+        left_out = {"inner", "max_tokens", "store", "sources", "key", "config"}
+        taken = {*_parameters(Retrieval), *RetrievalConfig.__dataclass_fields__} - left_out
         outer = {k: keywords.pop(k) for k in list(keywords) if k in taken}
     _check(cls, keywords, text)
     if counter is not None and "counter" not in keywords:
         keywords["counter"] = counter
-    if issubclass(cls, _SUMMARIZING) and "summarizer" not in keywords:
-        if summarizer is None:
-            raise SpecError(f"strategy {spec!r}: {cls.__name__} needs a summarizer")
-        keywords["summarizer"] = summarizer
+    if issubclass(cls, _SUMMARIZING):
+        keywords = _summarizing(cls, keywords, summarizer, spec)
     strategy = _build(cls, args, keywords, text)
     if retrieval:
-        outer.setdefault("shared_default", False)
+        settings = {k: outer.pop(k) for k in list(outer) if k not in _parameters(Retrieval)}
+        settings.setdefault("shared_default", False)
+        outer["config"] = _build(RetrievalConfig, [], settings, text)
         strategy = _build(
             Retrieval, [strategy], {"store": (store or default_store)(), **outer}, text
         )

@@ -3,6 +3,9 @@
 * :mod:`~langmem_ext.retrieval.strategy`: ``Retrieval``, which wraps any strategy, and
   ``RetrievalConfig``;
 * :mod:`~langmem_ext.retrieval.vectors`: ``VectorIndex``, the in-process dense index;
+* what ``Retrieval`` is made of, one concern a module: ``layout`` (the store schema), ``config``,
+  ``flows`` (the I/O requests and their driver), ``text``, ``codec``, ``index``, ``reads``,
+  ``catchup``, ``search``, ``writes``, ``compose``, ``prefetch``, ``vectors_coarse``;
 * :mod:`~langmem_ext.retrieval.bm25`: the in-process lexical index;
 * :mod:`~langmem_ext.retrieval.embeddings`: the offline embedder (the ``embeddings`` extra, so
   it is not imported here).

@@ -277,14 +277,8 @@ class BM25Index:
         the first time it needs them: no Python step per term or per token at load. Same
         result as ``add_many`` of the texts; a key already present is replaced (a key given
         twice keeps its last postings)."""
+        _check_postings(keys, postings)
         vocab, ptr, ids, tfs = postings
-        if len(ptr) != len(keys) + 1 or int(ptr[-1]) != len(ids) or len(ids) != len(tfs):
-            raise ValueError(
-                f"postings of {len(ptr) - 1} documents ({len(ids)} terms, {len(tfs)} counts) "
-                f"given for {len(keys)} keys"
-            )
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(vocab)):
-            raise ValueError(f"a term id outside the vocabulary of {len(vocab)} terms")
         if not keys:
             return
         counts = np.diff(ptr)
@@ -498,3 +492,15 @@ def reciprocal_rank_fusion(
             scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     order = {item: n for n, item in enumerate(scores)}
     return sorted(scores.items(), key=lambda pair: (-pair[1], order[pair[0]]))
+
+
+def _check_postings(keys: Sequence[str], postings: Postings) -> None:
+    """Refuse postings that do not describe ``len(keys)`` documents over their vocabulary."""
+    vocab, ptr, ids, tfs = postings
+    if len(ptr) != len(keys) + 1 or int(ptr[-1]) != len(ids) or len(ids) != len(tfs):
+        raise ValueError(
+            f"postings of {len(ptr) - 1} documents ({len(ids)} terms, {len(tfs)} counts) "
+            f"given for {len(keys)} keys"
+        )
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(vocab)):
+        raise ValueError(f"a term id outside the vocabulary of {len(vocab)} terms")

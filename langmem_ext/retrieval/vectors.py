@@ -31,33 +31,8 @@ each time its live rows double, and the tail is assigned to the lists once it ou
 While one runs, searches compute their products on one core (a multi-threaded BLAS call waits
 for its slowest thread, and the fit holds the other core).
 
-Measured (a script over ``bench.scale``'s data; end to end: ``bench/results/scale.md``) on a
-2-core VM (AVX-512, numpy 2.4 with OpenBLAS 0.3.31), with
-another session sharing the box, in process, one query vector at a time: bench.scale's rows
-(MiniLM, 384 dimensions, 2 rows a turn, float16-rounded as Retrieval stores them; at 100k turns
-each text recurs about 44 times) and the same rows jittered (N(0, 0.025) per dimension before
-normalisation: no ties), the 108 bench.scale questions, tie-aware recall@10 of exact search:
-
-=========  ==========  ============================  ====================  ===================
-rows       regime      search p50 / p90              recall real / jitter  background fit
-=========  ==========  ============================  ====================  ===================
-20k        exact       1.1-1.3 / 1.2-1.7 ms          1 / 1                 -
-100k       lists       1.0-1.1 / 1.1-1.3 ms          1.000 / 0.996         0.8-1.0 s
-200k       lists       1.1-2.0 / 1.2-2.4 ms          1.000 / 0.994         1.4-1.7 s
-=========  ==========  ============================  ====================  ===================
-
-Every size measured from 35k to 200k rows recalled >= 0.99 on both. (The design before, a
-projection of every row and 1% of them rescored: 8.2 ms at 200k rows, recall 0.972 / 0.992.)
-While the first fit is pending, searches are exact and compete with it: 8-10 ms at 100k rows,
-15-29 ms at 200k; during a refit of 200k rows, 1.3-1.6 ms p50 and 4-6 ms p90. ``add_block`` of
-50k keys (100k float16 rows) takes 67-72 ms (float32: 40 ms; 200k rows: 140 ms), plus up to
-0.4 s the first time a fresh process touches the memory on this VM. Memory: the codes add 25% to
-the matrix (96 of 384 floats), and 8 bytes a row of ids.
-
-Graph indexes (HNSW: usearch, faiss) answer in under a millisecond with similar recall, but building
-one over 200k rows took 60-77 s on two cores here: a fresh process would either wait for that or
-persist a second copy of every vector. The lists here are fitted in 1-2 s, off the caller's path,
-from the rows alone, and need no dependency.
+Measurements of both regimes, and why inverted lists rather than a graph index:
+:mod:`~langmem_ext.retrieval.vectors_coarse`.
 
 Example:
     >>> index = VectorIndex()
@@ -71,14 +46,28 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from langmem_ext.retrieval.vectors_coarse import (
+    CHUNK,
+    Coarse,
+    FitPlan,
+    best_lists,
+    coded_lists,
+    list_bounds,
+    nearest_lists,
+    pause,
+    spherical_kmeans,
+    top_capped,
+    top_with_ties,
+    touch_rows,
+)
 
 __all__ = ["VectorIndex"]
 
@@ -86,47 +75,16 @@ _PCA_SAMPLE = 4_096  # rows a basis is fitted on
 _LISTS_PER_ROOT = 8  # about 8 * sqrt(rows) inverted lists ...
 _ROWS_PER_LIST = 8  # ... of 8 rows or more on average
 _KMEANS_PER_LIST = 16  # k-means trains on this many sampled rows per list
-_KMEANS_ROUNDS = 8
 _PROBE_SHARE = 16  # the coarse pass scans the rows of the best lists: 1/16 of the rows ...
 _PROBE_RESCORE = 24  # ... and at least 24 x ``rescore``
 _TAIL_ROWS = 4_096  # rows added since the lists were made, scanned exactly, before a reassignment
 _TAIL_SHARE = 64  # ... (or 1/64 of the rows in the lists)
-_CHUNK = 1_024  # rows per step of a fit
 _BLAS_VALUES = 1 << 22  # a product this large (values) or larger goes to BLAS (see ``_dot``)
 _CONVERT = 1_024  # rows per step of a float16 conversion (they stay in cache to be scaled)
 #: float16 -> float32 by table (numpy's own float16 cast is about 2 ns a value here)
 _F16: NDArray[np.float32] = (
     np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 )
-
-
-@dataclass(frozen=True)
-class _Coarse:
-    """Inverted lists over the rows below ``covered``: each row is coded as its list's mean plus
-    its residual projected on ``basis`` (the residuals' principal components; None: the residual
-    itself). Immutable: a fit builds a new one off the lock and swaps it in."""
-
-    heads: NDArray[np.float32]  # lists x dims: the unit direction of each list's mean
-    norms: NDArray[np.float32]  # lists: the length of each list's mean
-    basis: NDArray[np.float32] | None  # dims x reduced
-    codes: NDArray[np.float32]  # entries x reduced, list by list
-    ids: NDArray[np.int64]  # entry -> row
-    bounds: NDArray[np.int64]  # list i holds entries bounds[i]:bounds[i + 1]
-    covered: int  # rows from here on are the tail (scanned exactly)
-    trained: int  # live rows when the lists were made
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What a fit works from, taken under the lock (the arrays are never written below ``n``,
-    except rows marked dead in ``owner``)."""
-
-    train: bool  # True: new lists; False: the tail assigned to the lists
-    matrix: NDArray[np.float32]
-    owner: NDArray[np.int64]
-    n: int
-    epoch: int
-    base: _Coarse | None
 
 
 class VectorIndex:
@@ -178,7 +136,7 @@ class VectorIndex:
         self._keys: list[str | None] = []  # key slot -> key (None: replaced or removed)
         self._start: NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # key slot -> first row
         self._count: NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # key slot -> its rows
-        self._coarse: _Coarse | None = None
+        self._coarse: Coarse | None = None
         self._epoch = 0  # bumped by compaction (rows renumbered): a fit started before is void
         self._busy = False  # a fit is pending or running
         self._failed_at = 0  # live rows when a fit failed (no retry before they double)
@@ -285,7 +243,7 @@ class VectorIndex:
             if prefault and self._toucher is None:
                 region = self._matrix[self._n : self._n + prefault]
                 self._toucher = threading.Thread(
-                    target=_touch, args=(region,), name="VectorIndex-prefault", daemon=True
+                    target=touch_rows, args=(region,), name="VectorIndex-prefault", daemon=True
                 )
                 self._toucher.start()
 
@@ -538,7 +496,7 @@ class VectorIndex:
                 coarse,
                 codes=np.ascontiguousarray(coarse.codes[kept]),
                 ids=renumber[coarse.ids[kept]],
-                bounds=_bounds(lists, len(coarse.heads)),
+                bounds=list_bounds(lists, len(coarse.heads)),
                 covered=int(np.count_nonzero(alive[: coarse.covered])),
             )
         self._n, self._dead = len(live), 0
@@ -590,7 +548,7 @@ class VectorIndex:
         target = max(_PROBE_RESCORE * self.rescore, self.rows // _PROBE_SHARE)
         count = max(self.rescore, 4 * k)
         while True:
-            lists = _best_lists(heads, sizes, target)
+            lists = best_lists(heads, sizes, target)
             lengths = sizes[lists]
             ends = np.cumsum(lengths)
             at = np.repeat(coarse.bounds[lists] - (ends - lengths), lengths)
@@ -602,7 +560,7 @@ class VectorIndex:
             if self._dead:  # dead rows must not crowd the rescored ones
                 everything = self._rows_at(coarse, at, np.arange(len(scores)))
                 scores[self._owner[everything] < 0] = -np.inf
-            top = _top(scores, count, len(skipped) + k)
+            top = top_capped(scores, count, len(skipped) + k)
             found = self._rank(q, self._rows_at(coarse, at, top), k, skipped)
             if len(found) >= k or (len(lists) == len(heads) and count >= len(scores)):
                 return found
@@ -610,7 +568,7 @@ class VectorIndex:
 
     @staticmethod
     def _rows_at(
-        coarse: _Coarse, at: NDArray[np.int64], where: NDArray[np.intp]
+        coarse: Coarse, at: NDArray[np.int64], where: NDArray[np.intp]
     ) -> NDArray[np.int64]:
         """The rows of the scanned positions ``where`` (list entries ``at``, then the tail)."""
         rows = coarse.covered + where - len(at)
@@ -636,9 +594,9 @@ class VectorIndex:
         owners, scores = owners[order], scores[order]
         starts = np.flatnonzero(np.diff(owners, prepend=-1))
         slots = owners[starts]
-        slots = slots[_at_least(np.maximum.reduceat(scores, starts), max(4 * k, 16))]
+        slots = slots[top_with_ties(np.maximum.reduceat(scores, starts), max(4 * k, 16))]
         best = self._best_of(q, slots)
-        pick = _at_least(best, k)  # the k best and every key tied with the k-th (ties by key)
+        pick = top_with_ties(best, k)  # the k best and every key tied with the k-th (ties by key)
         ranked = [
             (key, score)
             for slot, score in zip(slots[pick].tolist(), best[pick].tolist(), strict=True)
@@ -673,7 +631,7 @@ class VectorIndex:
 
     # -- fitting ----------------------------------------------------------------------------------
 
-    def _plan(self) -> _Plan | None:
+    def _plan(self) -> FitPlan | None:
         """The fit the index needs now, if any (the caller holds the lock; O(1)): new lists when
         it passes ``exact_rows`` and each time its live rows double; else the tail assigned to
         the lists once it outgrows its share."""
@@ -687,7 +645,7 @@ class VectorIndex:
             if self._n - coarse.covered <= limit:
                 return None
             train = False
-        return _Plan(train, self._matrix, self._owner, self._n, self._epoch, coarse)
+        return FitPlan(train, self._matrix, self._owner, self._n, self._epoch, coarse)
 
     def _launch(self) -> None:
         if self.background:
@@ -725,7 +683,7 @@ class VectorIndex:
                 stacklevel=1,
             )
 
-    def _train(self, plan: _Plan) -> _Coarse:
+    def _train(self, plan: FitPlan) -> Coarse:
         """New lists: about ``8 * sqrt(rows)`` of them, by two-level k-means (sqrt(lists)
         groups, each split in proportion to its size) on a sample projected on its principal
         components; every live row assigned to one, its residual coded."""
@@ -735,48 +693,50 @@ class VectorIndex:
         basis = self._fit_basis(matrix[live[:: max(1, len(live) // _PCA_SAMPLE)]])
         width = basis.shape[1] if basis is not None else matrix.shape[1]
         projected = np.empty((len(live), width), dtype=np.float32)
-        for at in range(0, len(live), _CHUNK):
-            _pause()
-            chunk = matrix[live[at : at + _CHUNK]]
+        for at in range(0, len(live), CHUNK):
+            pause()
+            chunk = matrix[live[at : at + CHUNK]]
             projected[at : at + len(chunk)] = chunk @ basis if basis is not None else chunk
         lists = max(
             1, min(round(_LISTS_PER_ROOT * math.sqrt(len(live))), len(live) // _ROWS_PER_LIST)
         )
         size = min(len(live), _KMEANS_PER_LIST * lists)
         sample = projected[np.sort(rng.choice(len(live), size=size, replace=False))]
-        groups = _kmeans(sample, max(1, round(math.sqrt(lists))), rng)
-        in_group = _nearest(sample, groups)
+        groups = spherical_kmeans(sample, max(1, round(math.sqrt(lists))), rng)
+        in_group = nearest_lists(sample, groups)
         parts = []
         for group in range(len(groups)):
-            _pause()
+            pause()
             members = sample[in_group == group]
             split = min(len(members), max(1, round(lists * len(members) / size)))
-            parts.append(_kmeans(members, split, rng) if split else groups[group : group + 1])
+            parts.append(
+                spherical_kmeans(members, split, rng) if split else groups[group : group + 1]
+            )
         first = np.cumsum([0, *(len(part) for part in parts)])
-        labels = _nearest(projected, groups)
+        labels = nearest_lists(projected, groups)
         by_group = np.argsort(labels, kind="stable")
         edges = np.searchsorted(labels[by_group], np.arange(len(groups) + 1))
         for group, part in enumerate(parts):
-            _pause()
+            pause()
             rows = by_group[edges[group] : edges[group + 1]]
-            labels[rows] = first[group] + _nearest(projected[rows], part)
+            labels[rows] = first[group] + nearest_lists(projected[rows], part)
         del projected, sample
         order = np.argsort(labels, kind="stable")
         ids, labels = live[order], labels[order]
         total = int(first[-1])
         # each list's mean in full dimensions
         means = np.zeros((total, matrix.shape[1]), dtype=np.float32)
-        for at in range(0, len(ids), _CHUNK):
-            _pause()
-            run = labels[at : at + _CHUNK]
+        for at in range(0, len(ids), CHUNK):
+            pause()
+            run = labels[at : at + CHUNK]
             starts = np.flatnonzero(np.diff(run, prepend=-1))
-            means[run[starts]] += np.add.reduceat(matrix[ids[at : at + _CHUNK]], starts, axis=0)
+            means[run[starts]] += np.add.reduceat(matrix[ids[at : at + CHUNK]], starts, axis=0)
         means /= np.maximum(np.bincount(labels, minlength=total), 1)[:, None].astype(np.float32)
         pick = np.sort(rng.choice(len(ids), size=min(len(ids), _PCA_SAMPLE), replace=False))
         basis = self._fit_basis(matrix[ids[pick]] - means[labels[pick]])
-        return self._coded(means, basis, matrix, ids, labels, plan.n, len(live))
+        return coded_lists(means, basis, matrix, ids, labels, plan.n, len(live))
 
-    def _assign(self, plan: _Plan) -> _Coarse:
+    def _assign(self, plan: FitPlan) -> Coarse:
         """The lists with the tail's live rows assigned to them (to the list whose mean is
         nearest in angle), without the entries of rows that died since."""
         base = plan.base
@@ -785,12 +745,12 @@ class VectorIndex:
         alive = plan.owner[base.ids] >= 0
         tail = base.covered + np.flatnonzero(plan.owner[base.covered : plan.n] >= 0)
         labels = np.empty(len(tail), dtype=np.int64)
-        for at in range(0, len(tail), _CHUNK):
-            _pause()
-            chunk = plan.matrix[tail[at : at + _CHUNK]]
-            labels[at : at + _CHUNK] = np.argmax(chunk @ base.heads.T, axis=1)
+        for at in range(0, len(tail), CHUNK):
+            pause()
+            chunk = plan.matrix[tail[at : at + CHUNK]]
+            labels[at : at + CHUNK] = np.argmax(chunk @ base.heads.T, axis=1)
         means = base.heads * base.norms[:, None]
-        fresh = self._coded(means, base.basis, plan.matrix, tail, labels, plan.n, base.trained)
+        fresh = coded_lists(means, base.basis, plan.matrix, tail, labels, plan.n, base.trained)
         old = np.repeat(np.arange(lists), np.diff(base.bounds))[alive]
         merged = np.concatenate([old, labels])
         order = np.argsort(merged, kind="stable")
@@ -798,7 +758,7 @@ class VectorIndex:
             base,
             codes=np.concatenate([base.codes[alive], fresh.codes])[order],
             ids=np.concatenate([base.ids[alive], fresh.ids])[order],
-            bounds=_bounds(merged, lists),
+            bounds=list_bounds(merged, lists),
             covered=plan.n,
         )
 
@@ -811,124 +771,3 @@ class VectorIndex:
         centred -= centred.mean(axis=0)
         _, vectors = np.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
         return np.ascontiguousarray(vectors[:, ::-1][:, : self.reduced_dims], dtype=np.float32)
-
-    @staticmethod
-    def _coded(
-        means: NDArray[np.float32],
-        basis: NDArray[np.float32] | None,
-        matrix: NDArray[np.float32],
-        ids: NDArray[np.int64],
-        labels: NDArray[np.int64],
-        covered: int,
-        trained: int,
-    ) -> _Coarse:
-        """Lists of rows ``ids`` (``labels`` ascending) coded against ``means``."""
-        width = basis.shape[1] if basis is not None else matrix.shape[1]
-        codes = np.empty((len(ids), width), dtype=np.float32)
-        for at in range(0, len(ids), _CHUNK):
-            _pause()
-            residual = matrix[ids[at : at + _CHUNK]] - means[labels[at : at + _CHUNK]]
-            codes[at : at + len(residual)] = residual @ basis if basis is not None else residual
-        norms = np.linalg.norm(means, axis=1).astype(np.float32)
-        heads = np.ascontiguousarray(means / np.where(norms > 0, norms, 1)[:, None], np.float32)
-        return _Coarse(
-            heads=heads,
-            norms=norms,
-            basis=basis,
-            codes=codes,
-            ids=ids,
-            bounds=_bounds(labels, len(means)),
-            covered=covered,
-            trained=trained,
-        )
-
-
-def _touch(region: NDArray[np.float32]) -> None:
-    """Write zeros over ``region``, a few megabytes at a time (numpy releases the GIL)."""
-    step = max(1, (4 << 20) // max(1, region.shape[1] * region.itemsize))
-    for at in range(0, len(region), step):
-        region[at : at + step].fill(0.0)
-
-
-def _best_lists(
-    heads: NDArray[np.float32], sizes: NDArray[np.int64], target: int
-) -> NDArray[np.intp]:
-    """The lists of highest ``heads``, best first, until they hold ``target`` rows (or all of
-    them): a partial sort of a guessed number, doubled when it falls short."""
-    guess = min(len(heads), int(2 * target * len(heads) / max(1, int(sizes.sum()))) + 16)
-    while True:
-        best = np.argpartition(-heads, guess - 1)[:guess] if guess < len(heads) else None
-        best = np.argsort(-heads) if best is None else best[np.argsort(-heads[best])]
-        reach = np.cumsum(sizes[best])
-        if reach[-1] >= target or guess == len(heads):
-            return best[: int(np.searchsorted(reach, target)) + 1]
-        guess = min(len(heads), 2 * guess)
-
-
-def _top(scores: NDArray[np.float32], count: int, cap: int) -> NDArray[np.intp]:
-    """The positions of the ``count`` best ``scores``, at most ``cap`` of any one value: copies of
-    one vector score alike, and more than ``cap`` of them cannot change the top ``cap``, so they
-    must not crowd out the rest."""
-    if count >= len(scores):
-        return np.arange(len(scores))
-    wide = min(len(scores), 2 * count)
-    top = np.argpartition(-scores, wide - 1)[:wide] if wide < len(scores) else np.arange(wide)
-    top = top[np.argsort(-scores[top], kind="stable")]
-    values = scores[top]
-    place = np.arange(len(values))
-    fresh = np.ones(len(values), dtype=bool)
-    fresh[1:] = values[1:] != values[:-1]
-    first = np.maximum.accumulate(np.where(fresh, place, 0))
-    return top[place - first < cap][:count]
-
-
-def _at_least(scores: NDArray[np.float32], count: int) -> NDArray[np.intp]:
-    """The positions of the ``count`` best ``scores`` and of every score tied with the last."""
-    if len(scores) <= count:
-        return np.arange(len(scores))
-    floor = scores[np.argpartition(-scores, count - 1)[count - 1]]
-    return np.flatnonzero(scores >= floor)
-
-
-def _pause() -> None:
-    """Let a waiting thread have the interpreter: a fit in the background steps in small chunks
-    and yields between them, so a search does not wait for Python's 5 ms switch interval."""
-    time.sleep(0)
-
-
-def _bounds(labels: NDArray[np.int64], lists: int) -> NDArray[np.int64]:
-    """Where each list starts in entries sorted by ``labels`` (and where the last one ends)."""
-    return np.concatenate([[0], np.cumsum(np.bincount(labels, minlength=lists))]).astype(np.int64)
-
-
-def _nearest(rows: NDArray[np.float32], centroids: NDArray[np.float32]) -> NDArray[np.int64]:
-    """Each row's list: the centroid of largest dot product (centroids are unit rows)."""
-    labels = np.empty(len(rows), dtype=np.int64)
-    for at in range(0, len(rows), 4 * _CHUNK):
-        _pause()
-        labels[at : at + 4 * _CHUNK] = np.argmax(rows[at : at + 4 * _CHUNK] @ centroids.T, axis=1)
-    return labels
-
-
-def _kmeans(rows: NDArray[np.float32], lists: int, rng: np.random.Generator) -> NDArray[np.float32]:
-    """Spherical k-means: ``lists`` unit centroids. Sums per list by sort and ``reduceat``
-    (``np.add.at`` is far slower); an empty list restarts from a random row."""
-    centroids = np.ascontiguousarray(rows[rng.choice(len(rows), size=lists, replace=False)])
-    _normalize(centroids)
-    for _ in range(_KMEANS_ROUNDS):
-        _pause()
-        labels = _nearest(rows, centroids)
-        sizes = np.bincount(labels, minlength=lists)
-        full = sizes > 0
-        starts = (np.cumsum(sizes) - sizes)[full]
-        centroids[full] = np.add.reduceat(rows[np.argsort(labels, kind="stable")], starts, axis=0)
-        empty = int((~full).sum())
-        if empty:
-            centroids[~full] = rows[rng.choice(len(rows), size=empty, replace=False)]
-        _normalize(centroids)
-    return centroids
-
-
-def _normalize(rows: NDArray[np.float32]) -> None:
-    norms = np.linalg.norm(rows, axis=1)
-    rows /= np.where(norms > 0, norms, 1.0)[:, None].astype(np.float32)

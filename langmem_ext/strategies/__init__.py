@@ -3,13 +3,16 @@
 * :mod:`~langmem_ext.strategies.engine`: the ``Strategy`` base, one sync and one async driver
   that step a pure plan and answer its requests (folds, store batches, retriever calls);
 * :mod:`~langmem_ext.strategies.presets`: ``TokenBudget``, ``SlidingWindow``, ``SummaryBuffer``,
-  ``Compacting``, ``TieredSummary``, ``ToolDigest``: configurations of the cutting and fold plans.
+  ``Compacting``, ``TieredSummary``, ``ToolDigest``: configurations of the cutting and fold plans;
+* :mod:`~langmem_ext.strategies.options`: ``FoldPolicy``, the settings the summarizing ones share
+  beyond their budget (placement, overflow, backoff, background folds, callbacks, clock).
 
 The summarizers they call are in :mod:`langmem_ext.summarize`; ``Retrieval``, which wraps any of
 them, in :mod:`langmem_ext.retrieval`.
 """
 
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.options import FoldPolicy
 from langmem_ext.strategies.presets import (
     Compacting,
     SlidingWindow,
@@ -21,6 +24,7 @@ from langmem_ext.strategies.presets import (
 
 __all__ = [
     "Compacting",
+    "FoldPolicy",
     "SlidingWindow",
     "Strategy",
     "SummaryBuffer",

@@ -10,33 +10,30 @@
   trigger, the target and the first tier (digests and clipped bodies).
 
 The summarizing constructors keep explicit keyword signatures (for type checkers, IDEs and
-``help()``); the parameters they share are documented once (``_SUMMARIZING_ARGS_DOC``, appended
-to each class's docstring) and resolved once (``_Summarizing._setup``).
+``help()``) for the budget and its sizing; the settings a first user never needs are one
+``policy=``:class:`~langmem_ext.strategies.options.FoldPolicy`, checked when it is built. The
+parameters they share are documented once (``_SUMMARIZING_ARGS_DOC``, appended to each class's
+docstring) and resolved once (``_Summarizing._setup``); a keyword that moved to the policy is
+refused once, naming its new place (``_refuse_moved``).
 """
 
 from __future__ import annotations
 
 import copy
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from langchain_core.messages import BaseMessage
 
 from langmem_ext.core.digest import DigestCutConfig, DigestSettings, plan_digest
-from langmem_ext.core.fold import FoldConfig, Placement, SummaryOverflow, plan_fold
+from langmem_ext.core.fold import FoldConfig, plan_fold
 from langmem_ext.core.plan import CutConfig, Overflow, StartOn, ViewLimits, plan_cut, require_int
 from langmem_ext.core.state import MemoryState
-from langmem_ext.core.tokens import CounterLike, TokenCounter, as_counter
-from langmem_ext.strategies.engine import (
-    HealthCallback,
-    Plan,
-    Strategy,
-    SummaryCallback,
-    TurnCallback,
-    finished,
-)
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.counting.resolve import CounterLike, as_counter
+from langmem_ext.strategies.engine import Plan, Strategy, finished
+from langmem_ext.strategies.options import POLICY_FIELDS, FoldPolicy
 from langmem_ext.summarize.summarizer import Summarizer, SummarizerLike
 
 __all__ = [
@@ -307,6 +304,8 @@ class _Summarizing(Strategy):
     """Shared set-up of the summarizing strategies: one fold pipeline, different presets."""
 
     config: FoldConfig
+    #: the settings of :class:`~langmem_ext.strategies.options.FoldPolicy` this strategy runs with
+    policy: FoldPolicy
 
     def _setup(
         self,
@@ -314,24 +313,63 @@ class _Summarizing(Strategy):
         summarizer: SummarizerLike,
         max_summary_tokens: int | None,
         counter: CounterLike,
-        on_summary_updated: SummaryCallback | None,
-        on_health_changed: HealthCallback | None,
-        on_turn_added: TurnCallback | None,
-        clock: Callable[[], float] | None,
-        max_messages: int | None,
-        keep_messages: int | None,
-        prefetch_tokens: int | None,
-        fold_wait: float | None,
-        retry_in_call: bool,
+        policy: FoldPolicy | None,
         **fold: Any,
     ) -> None:
-        """Resolve the counter and summarizer, then build the fold config from ``fold``.
+        """Resolve the counter, summarizer and policy, then build the fold config from ``fold``.
 
         Defaults scale with ``max_tokens`` (a 600-token budget gets a 150-token summary, not the
         1,000-token default), and a combination that cannot work is refused here, naming the
         parameter to change, instead of at the first ``apply``."""
+        self.policy = policy = _checked_policy(policy)
         max_tokens = fold["max_tokens"]
         self.counter: TokenCounter = as_counter(counter)
+        max_summary_tokens, source = self._use_summarizer(
+            summarizer, max_summary_tokens, max_tokens
+        )
+        self.on_summary_updated = policy.on_summary_updated
+        self.on_health_changed = policy.on_health_changed
+        self.on_turn_added = policy.on_turn_added
+        trigger_messages, target_messages = policy.message_triggers(fold["min_messages"])
+        if policy.clock is not None:
+            self.clock = policy.clock
+        if max_summary_tokens >= fold["trigger_tokens"]:
+            raise ValueError(
+                f"{source} ({max_summary_tokens:,}) must be below the fold trigger "
+                f"({fold['trigger_tokens']:,}, from max_tokens={max_tokens:,}): raise max_tokens "
+                "or lower max_summary_tokens"
+            )
+        if fold.get("target_tokens") is None:  # default: half-way from the summary to the top
+            fold["target_tokens"] = (
+                max_summary_tokens + (fold["trigger_tokens"] - max_summary_tokens) // 2
+            )
+        elif fold["target_tokens"] <= max_summary_tokens:
+            raise ValueError(
+                f"target_tokens ({fold['target_tokens']:,}) must be above {source} "
+                f"({max_summary_tokens:,}), or a fold could never make room: raise target_tokens "
+                "or lower max_summary_tokens"
+            )
+        self.config = FoldConfig(
+            max_summary_tokens=max_summary_tokens,
+            placement=policy.placement,
+            overflow=policy.overflow,
+            trigger_messages=trigger_messages,
+            target_messages=target_messages,
+            prefetch_tokens=policy.prefetch_tokens,
+            degrade_after=policy.degrade_after,
+            retry_initial=policy.retry_initial,
+            retry_max=policy.retry_max,
+            **fold,
+        )
+        self.folds_in_background = policy.prefetch_tokens is not None
+        self.fold_wait = policy.fold_wait
+        self.retry_in_call = policy.retry_in_call
+
+    def _use_summarizer(
+        self, summarizer: SummarizerLike, max_summary_tokens: int | None, max_tokens: int
+    ) -> tuple[int, str]:
+        """Set ``self.summarizer`` (measuring with ``self.counter``); the summary's budget and
+        where it came from (for the errors that name it)."""
         if isinstance(summarizer, Summarizer):
             # the summary's bound must hold by the strategy's counter (the one the view is
             # measured with), not by whatever counter the Summarizer was built with
@@ -357,34 +395,7 @@ class _Summarizing(Strategy):
                 max_input_tokens=max(_DEFAULT_INPUT_TOKENS, 4 * max_summary_tokens),
                 counter=self.counter,
             )
-        self.on_summary_updated = on_summary_updated
-        self.on_health_changed = on_health_changed
-        self.on_turn_added = on_turn_added
-        fold.update(_message_triggers(max_messages, keep_messages, fold["min_messages"]))
-        if clock is not None:
-            self.clock = clock
-        if max_summary_tokens >= fold["trigger_tokens"]:
-            raise ValueError(
-                f"{source} ({max_summary_tokens:,}) must be below the fold trigger "
-                f"({fold['trigger_tokens']:,}, from max_tokens={max_tokens:,}): raise max_tokens "
-                "or lower max_summary_tokens"
-            )
-        if fold.get("target_tokens") is None:  # default: half-way from the summary to the top
-            fold["target_tokens"] = (
-                max_summary_tokens + (fold["trigger_tokens"] - max_summary_tokens) // 2
-            )
-        elif fold["target_tokens"] <= max_summary_tokens:
-            raise ValueError(
-                f"target_tokens ({fold['target_tokens']:,}) must be above {source} "
-                f"({max_summary_tokens:,}), or a fold could never make room: raise target_tokens "
-                "or lower max_summary_tokens"
-            )
-        self.config = FoldConfig(
-            max_summary_tokens=max_summary_tokens, prefetch_tokens=prefetch_tokens, **fold
-        )
-        self.folds_in_background = prefetch_tokens is not None
-        self.fold_wait = _checked_wait(fold_wait)
-        self.retry_in_call = _checked_retry(retry_in_call, self.folds_in_background)
+        return max_summary_tokens, source
 
     def __repr__(self) -> str:
         c = self.config
@@ -399,51 +410,29 @@ class _Summarizing(Strategy):
         return plan_fold(messages, state, _reserving(self.config, extra), self.counter, now)
 
 
-def _checked_retry(retry_in_call: bool, background: bool) -> bool:
-    if not isinstance(retry_in_call, bool):
-        raise TypeError(f"retry_in_call must be True or False, got {retry_in_call!r}")
-    if retry_in_call and background:
-        raise ValueError(
-            "retry_in_call=True cannot be combined with prefetch_tokens: background folds "
-            "make one attempt per call; drop one of them"
+def _checked_policy(policy: FoldPolicy | None) -> FoldPolicy:
+    if policy is None:
+        return FoldPolicy()
+    if not isinstance(policy, FoldPolicy):
+        raise TypeError(
+            f"policy must be a FoldPolicy (from langmem_ext import FoldPolicy) or None, "
+            f"got {policy!r}"
         )
-    return retry_in_call
+    return policy
 
 
-def _checked_wait(fold_wait: float | None) -> float | None:
-    if fold_wait is not None and not (
-        isinstance(fold_wait, (int, float))
-        and not isinstance(fold_wait, bool)
-        and math.isfinite(fold_wait)
-        and fold_wait >= 0
-    ):
-        raise ValueError(
-            f"fold_wait must be a finite number of seconds >= 0 or None, got {fold_wait!r} "
-            "(how long a call that must fold waits for the background fold)"
-        )
-    return fold_wait
-
-
-def _message_triggers(
-    max_messages: int | None, keep_messages: int | None, min_messages: int
-) -> dict[str, int | None]:
-    """The fold config's message-count trigger: fold when more than ``max_messages`` messages
-    are unfolded, down to ``keep_messages`` (default: half of ``max_messages``, at least
-    ``min_messages``). Errors name the strategy's parameters, not the config's fields."""
-    if max_messages is None:
-        if keep_messages is not None:
-            raise ValueError("keep_messages needs max_messages (the count that triggers a fold)")
-        return {"trigger_messages": None, "target_messages": None}
-    require_int("max_messages", max_messages, 2)
-    if keep_messages is None:
-        keep_messages = max(max_messages // 2, min_messages, 1)
-    require_int("keep_messages", keep_messages, 1)
-    if not max(min_messages, 1) <= keep_messages < max_messages:
-        raise ValueError(
-            f"need min_messages ({min_messages}) <= keep_messages ({keep_messages}) < "
-            f"max_messages ({max_messages}): a fold goes down to keep_messages"
-        )
-    return {"trigger_messages": max_messages, "target_messages": keep_messages}
+def _refuse_moved(strategy: str, moved: Mapping[str, object]) -> None:
+    """The constructors' ``**moved`` catch: a keyword that now lives on :class:`FoldPolicy` is
+    refused naming its new place (all of them at once), any other unknown keyword as Python
+    refuses it. (Typed ``NoReturn``, the bottom type, in the signatures, so a type checker
+    flags both at the call.)"""
+    if not moved:
+        return
+    unknown = [name for name in moved if name not in POLICY_FIELDS]
+    if unknown:
+        raise TypeError(f"{strategy}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+    given = ", ".join(f"{name}=..." for name in moved)
+    raise TypeError(f"{strategy}({given}) moved: pass policy=FoldPolicy({given})")
 
 
 _SUMMARIZING_ARGS_DOC = """
@@ -455,50 +444,29 @@ _SUMMARIZING_ARGS_DOC = """
         reserve_tokens: room held back for tool schemas and the model's output.
         safety_margin: share of ``max_tokens`` held back for counter error.
         min_messages: recent messages always kept verbatim.
-        placement: the summary goes into the single leading SystemMessage (``"system"``,
-            default, fenced and labelled after the original system text) or into a marked
-            HumanMessage right after it (``"human"``). Never a second SystemMessage.
-        overflow: when summary + ``min_messages`` + the newest human message cannot fit:
-            ``"truncate_summary"`` (default), ``"truncate_oldest"`` or ``"error"``
-            (:class:`~langmem_ext.errors.MemoryBudgetExceeded`).
-        max_messages, keep_messages: a message-count trigger beside the token one (LangChain's
-            ``("messages", n)``): fold when more than ``max_messages`` messages are unfolded,
-            down to ``keep_messages`` (default ``max_messages // 2``); whichever trigger is
-            passed first fires, and ``report.trigger`` says which (``"tokens"`` or
-            ``"messages"``).
-        degrade_after, retry_initial, retry_max: the failure policy below.
-        prefetch_tokens: background compaction. When the view passes this level (between
-            ``target_tokens`` and the fold trigger), the fold starts in a worker thread and the
-            call returns at once; a later call adopts the finished fold, so the call that
-            crosses the trigger usually finds it done instead of waiting for the model. None
-            (default): folds run inside the crossing call.
-            ``flush()`` / ``aflush()`` wait for the running folds.
-        fold_wait: with ``prefetch_tokens``, how long the crossing call waits for a running
-            background fold before showing the degraded view (nothing is lost: the fold is
-            adopted by a later call); None (default): until it finishes.
-        retry_in_call: False (default): every fold makes ONE summarizer attempt (of the model,
-            then of its fallback), so a failing provider costs a call one attempt at most, and
-            later attempts follow the backoff below, on later calls (the Summarizer's
-            ``max_attempts`` and its retry waits are not used). True: an inline fold runs the
-            Summarizer's retries inside the call (the call waits for all of them, then
-            shows the last good view if they all fail); not with ``prefetch_tokens``.
-        on_summary_updated, on_health_changed, on_turn_added: callbacks, see below.
-        clock: where ``now`` comes from (``time.time`` by default; replace it in tests).
+        policy: a :class:`~langmem_ext.strategies.options.FoldPolicy` (default: its defaults):
+            where the summary goes (``placement``), what gives when it cannot fit
+            (``overflow``), a message-count trigger (``max_messages``, ``keep_messages``), the
+            failure policy below (``degrade_after``, ``retry_initial``, ``retry_max``,
+            ``retry_in_call``), background compaction (``prefetch_tokens``, ``fold_wait``),
+            the callbacks and the ``clock``.
+        **moved: one of those passed here as a keyword (the constructors took them before
+            ``FoldPolicy``) raises ``TypeError`` naming its place on the policy.
 """
 
 _FAILURE_DOC = """
-    Failure: if the summarizer fails (its one attempt and the fallback's, or with
+    Failure: if the summarizer fails (its one attempt and the fallback's, or with the policy's
     ``retry_in_call`` all its retries), nothing is marked folded; the view is the last good
     summary plus the newest messages that fit, with a visible note of how many earlier messages
     are not shown. ``report.health`` and ``state.health`` go to
-    ``"retrying"`` (``"degraded"`` after ``degrade_after`` failures) and the fold is tried again on
-    a later call once the backoff (``retry_initial`` doubling up to ``retry_max`` seconds) has
-    passed; the first success makes it ``"healthy"`` again.
+    ``"retrying"`` (``"degraded"`` after the policy's ``degrade_after`` failures) and the fold is
+    tried again on a later call once the backoff (``retry_initial`` doubling up to ``retry_max``
+    seconds) has passed; the first success makes it ``"healthy"`` again.
 
-    ``on_summary_updated(old, new)`` and ``on_health_changed(old, new)`` are called after a turn
-    that changed them, ``on_turn_added(messages)`` after a call that saw new messages (the
-    messages added since the previous call, oldest first); an exception in a callback is logged
-    and never breaks the turn.
+    The policy's ``on_summary_updated(old, new)`` and ``on_health_changed(old, new)`` are called
+    after a turn that changed them, ``on_turn_added(messages)`` after a call that saw new
+    messages (the messages added since the previous call, oldest first); an exception in a
+    callback is logged and never breaks the turn.
 
     Long agent turns: when one request is followed by more tool rounds than fit, the oldest whole
     rounds of that turn are folded (an in-flight call never is) and the request stays in every
@@ -544,35 +512,16 @@ class SummaryBuffer(_Summarizing):
         safety_margin: float = 0.0,
         start_on: StartOn = "human",
         keep_system: bool = True,
-        placement: Placement = "system",
-        overflow: SummaryOverflow = "truncate_summary",
-        degrade_after: int = 3,
-        retry_initial: float = 2.0,
-        retry_max: float = 300.0,
-        max_messages: int | None = None,
-        keep_messages: int | None = None,
-        on_summary_updated: SummaryCallback | None = None,
-        on_health_changed: HealthCallback | None = None,
-        on_turn_added: TurnCallback | None = None,
-        clock: Callable[[], float] | None = None,
-        prefetch_tokens: int | None = None,
-        fold_wait: float | None = None,
-        retry_in_call: bool = False,
+        policy: FoldPolicy | None = None,
+        **moved: NoReturn,
     ) -> None:
+        _refuse_moved("SummaryBuffer", moved)
         _require_budget(max_tokens)
         self._setup(
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
             counter=counter,
-            on_summary_updated=on_summary_updated,
-            on_health_changed=on_health_changed,
-            on_turn_added=on_turn_added,
-            clock=clock,
-            prefetch_tokens=prefetch_tokens,
-            fold_wait=fold_wait,
-            retry_in_call=retry_in_call,
-            max_messages=max_messages,
-            keep_messages=keep_messages,
+            policy=policy,
             max_tokens=max_tokens,
             trigger_tokens=max_tokens,
             target_tokens=target_tokens,
@@ -581,11 +530,6 @@ class SummaryBuffer(_Summarizing):
             min_messages=min_messages,
             start_on=start_on,
             keep_system=keep_system,
-            overflow=overflow,
-            placement=placement,
-            degrade_after=degrade_after,
-            retry_initial=retry_initial,
-            retry_max=retry_max,
         )
 
 
@@ -617,21 +561,10 @@ class Compacting(_Summarizing):
         target_ratio: float = 0.5,
         counter: CounterLike = None,
         reserve_tokens: int = 0,
-        placement: Placement = "system",
-        overflow: SummaryOverflow = "truncate_summary",
-        degrade_after: int = 3,
-        retry_initial: float = 2.0,
-        retry_max: float = 300.0,
-        max_messages: int | None = None,
-        keep_messages: int | None = None,
-        on_summary_updated: SummaryCallback | None = None,
-        on_health_changed: HealthCallback | None = None,
-        on_turn_added: TurnCallback | None = None,
-        clock: Callable[[], float] | None = None,
-        prefetch_tokens: int | None = None,
-        fold_wait: float | None = None,
-        retry_in_call: bool = False,
+        policy: FoldPolicy | None = None,
+        **moved: NoReturn,
     ) -> None:
+        _refuse_moved("Compacting", moved)
         _require_budget(max_tokens)
         if not 0 < summary_ratio < target_ratio <= 1:
             raise ValueError(
@@ -641,26 +574,13 @@ class Compacting(_Summarizing):
             summarizer=summarizer,
             max_summary_tokens=int(max_tokens * summary_ratio),
             counter=counter,
-            on_summary_updated=on_summary_updated,
-            on_health_changed=on_health_changed,
-            on_turn_added=on_turn_added,
-            clock=clock,
-            prefetch_tokens=prefetch_tokens,
-            fold_wait=fold_wait,
-            retry_in_call=retry_in_call,
-            max_messages=max_messages,
-            keep_messages=keep_messages,
+            policy=policy,
             max_tokens=max_tokens,
             trigger_tokens=max_tokens,
             target_tokens=int(max_tokens * target_ratio),
             reserve_tokens=reserve_tokens,
             safety_margin=safety_margin,
             min_messages=min_messages,
-            overflow=overflow,
-            placement=placement,
-            degrade_after=degrade_after,
-            retry_initial=retry_initial,
-            retry_max=retry_max,
         )
 
 
@@ -710,21 +630,10 @@ class TieredSummary(_Summarizing):
         counter: CounterLike = None,
         reserve_tokens: int = 0,
         safety_margin: float = 0.0,
-        placement: Placement = "system",
-        overflow: SummaryOverflow = "truncate_summary",
-        degrade_after: int = 3,
-        retry_initial: float = 2.0,
-        retry_max: float = 300.0,
-        max_messages: int | None = None,
-        keep_messages: int | None = None,
-        on_summary_updated: SummaryCallback | None = None,
-        on_health_changed: HealthCallback | None = None,
-        on_turn_added: TurnCallback | None = None,
-        clock: Callable[[], float] | None = None,
-        prefetch_tokens: int | None = None,
-        fold_wait: float | None = None,
-        retry_in_call: bool = False,
+        policy: FoldPolicy | None = None,
+        **moved: NoReturn,
     ) -> None:
+        _refuse_moved("TieredSummary", moved)
         _require_budget(max_tokens)
         if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
             raise ValueError(
@@ -735,23 +644,13 @@ class TieredSummary(_Summarizing):
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
             counter=counter,
-            on_summary_updated=on_summary_updated,
-            on_health_changed=on_health_changed,
-            on_turn_added=on_turn_added,
-            clock=clock,
-            prefetch_tokens=prefetch_tokens,
-            fold_wait=fold_wait,
-            retry_in_call=retry_in_call,
-            max_messages=max_messages,
-            keep_messages=keep_messages,
+            policy=policy,
             max_tokens=max_tokens,
             trigger_tokens=int(max_tokens * tier2_ratio),
             target_tokens=int(max_tokens * target_ratio),
             reserve_tokens=reserve_tokens,
             safety_margin=safety_margin,
             min_messages=min_messages,
-            overflow=overflow,
-            placement=placement,
             clip_tokens=int(max_tokens * tier1_ratio),
             truncate_chars=truncate_chars,
             digest=(
@@ -759,7 +658,4 @@ class TieredSummary(_Summarizing):
                 if keep_rounds is None
                 else DigestSettings(keep_rounds=keep_rounds, observation_tokens=observation_tokens)
             ),
-            degrade_after=degrade_after,
-            retry_initial=retry_initial,
-            retry_max=retry_max,
         )

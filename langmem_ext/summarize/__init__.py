@@ -2,6 +2,11 @@
 
 * :mod:`~langmem_ext.summarize.summarizer`: ``Summarizer`` (chained folds under an input
   budget, retries, timeout, health, fallback);
+* :mod:`~langmem_ext.summarize.calls`: one model call (``ModelCall``), the error classification
+  its retries use, and running it under a timeout and a per-model lock;
+* :mod:`~langmem_ext.summarize.flow`: the call flow's steps and its sync and async drivers;
+* :mod:`~langmem_ext.summarize.prompts`: the built-in templates, the system prompt, and each
+  section's instruction and budget;
 * :mod:`~langmem_ext.summarize.checks`: the checks a summary must pass before it is kept;
 * :mod:`~langmem_ext.summarize.extractive`: ``ExtractiveSummarizer``, an offline summarizer
   (no model, deterministic) for keyless runs and as a last-resort ``fallback``.

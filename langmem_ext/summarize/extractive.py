@@ -17,7 +17,7 @@ Summarizer's ordinary plan: chained calls under ``max_input_tokens``, one call p
 * ``<previous_summary>`` (the summary so far) and ``<transcript>`` (the lines to fold): the
   previous summary's sentences are re-selected under the budget together with the transcript's
   salient sentences (chaining); a ``<summary>`` block alone is a compress request;
-* the section's instruction (one of :data:`~langmem_ext.summarize.summarizer.TEMPLATES`), which
+* the section's instruction (one of :data:`~langmem_ext.summarize.prompts.TEMPLATES`), which
   picks the weights: ``facts`` favours numbers and names, ``profile`` the user's own statements,
   ``task`` tool calls, results, errors and paths;
 * the budget: the ``max_tokens`` the Summarizer binds (this model has a ``max_tokens`` field for
@@ -49,9 +49,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
 from langmem_ext.core.text import clip_text, longest_prefix_within
-from langmem_ext.core.tokens import ApproximateCounter, CounterLike, TokenCounter, as_counter
+from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.core.transcript import content_text, render_transcript
-from langmem_ext.summarize.summarizer import TEMPLATES
+from langmem_ext.counting.local import ApproximateCounter
+from langmem_ext.counting.resolve import CounterLike, as_counter
+from langmem_ext.summarize.prompts import TEMPLATES
 
 __all__ = ["DEFAULT_MAX_TOKENS", "NOTHING", "ExtractiveSummarizer", "extract_summary"]
 
@@ -333,7 +335,7 @@ def extract_summary(
     """The new summary: ``previous`` and the salient sentences of ``transcript`` re-selected
     under ``max_tokens`` (by ``counter``, default approximate), one ``- role: sentence`` per
     line. ``transcript`` is the Summarizer's transcript text, or its lines. ``template`` (a
-    name in :data:`~langmem_ext.summarize.summarizer.TEMPLATES`) sets what counts as salient.
+    name in :data:`~langmem_ext.summarize.prompts.TEMPLATES`) sets what counts as salient.
 
     Never longer than ``max_tokens``; ``"(nothing of note)"`` when nothing is worth keeping, or
     as much of it as fits (``""`` only for a budget below one character).

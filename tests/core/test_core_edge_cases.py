@@ -45,7 +45,7 @@ from langmem_ext import (
 )
 from langmem_ext.core.messages import as_standard, is_human, is_system, role_of
 from langmem_ext.core.state import STATE_VERSION
-from langmem_ext.core.tokens import tiktoken_encoding_for
+from langmem_ext.counting.local import tiktoken_encoding_for
 from langmem_ext.errors import InvalidHistoryError, InvalidStateError
 from tests.strategies_hyp import malformed_histories
 

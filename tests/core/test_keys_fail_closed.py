@@ -9,7 +9,7 @@ from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
-from langmem_ext import Retrieval, SlidingWindow, TokenBudget
+from langmem_ext import Retrieval, RetrievalConfig, SlidingWindow, TokenBudget
 from langmem_ext.core.keys import DEFAULT, MemoryKey, MissingKeyError
 from langmem_ext.integrations.history import ManagedChatMessageHistory
 
@@ -87,7 +87,11 @@ def test_retrieval_user_scope_with_named_users_keeps_them_apart() -> None:
 
 def test_retrieval_user_scope_shares_a_default_user_only_when_asked() -> None:
     strategy = Retrieval(
-        TokenBudget(900), store=InMemoryStore(), scope="user", ranking="bm25", shared_default=True
+        TokenBudget(900),
+        store=InMemoryStore(),
+        scope="user",
+        ranking="bm25",
+        config=RetrievalConfig(shared_default=True),
     )
     strategy.apply([HumanMessage("hello")], key=MemoryKey(session="s"))
 

@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langmem_ext import TokenBudget, ToolDigest, validate
 from langmem_ext.core.messages import clip_message
-from langmem_ext.core.tokens import ApproximateCounter
+from langmem_ext.counting.local import ApproximateCounter
 from langmem_ext.errors import ContextOverflowError
 from langmem_ext.strategies.engine import Strategy
 

@@ -13,6 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langmem_ext import (
     Compacting,
+    FoldPolicy,
     MemoryKey,
     MissingKeyError,
     Summarizer,
@@ -24,6 +25,7 @@ from langmem_ext import (
 from langmem_ext.core.fences import neutralize
 from langmem_ext.core.fold import render_summary
 from langmem_ext.core.identity import KeyChain, key_at, keys_between, stable_key
+from langmem_ext.strategies.options import split_policy
 
 
 def tag(message: BaseMessage, n: int) -> BaseMessage:
@@ -67,7 +69,11 @@ def test_summary_cannot_break_out_of_its_fence(placement: str) -> None:
         return hostile
 
     strategy = SummaryBuffer(
-        300, summarizer=summarizer, max_summary_tokens=60, placement=placement, min_messages=1
+        300,
+        summarizer=summarizer,
+        max_summary_tokens=60,
+        min_messages=1,
+        policy=FoldPolicy(placement=placement),  # type: ignore[arg-type]
     )
     history: list[BaseMessage] = [SystemMessage("Be brief.")]
     for i in range(12):
@@ -222,7 +228,8 @@ def test_summarizing_config_is_validated_at_construction(
 ) -> None:
     settings: dict[str, object] = {"max_tokens": 2_000, **kwargs}
     with pytest.raises(ValueError, match=names):
-        SummaryBuffer(summarizer=lambda _: "s", **settings)  # type: ignore[arg-type]
+        policy, settings = split_policy(settings)
+        SummaryBuffer(summarizer=lambda _: "s", policy=policy, **settings)
 
 
 def test_trimming_config_is_validated_at_construction() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langmem_ext import ApproximateCounter, SummaryBuffer, TokenBudget
+from langmem_ext import ApproximateCounter, FoldPolicy, SummaryBuffer, TokenBudget
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.transitions import (
     FoldFailed,
@@ -111,8 +111,7 @@ async def test_state_backoff_fold_is_retried_within_retry_max_after_the_clock_st
         600,
         summarizer=failing_then_healthy(calls, clock),
         counter=ApproximateCounter(),
-        retry_max=60.0,
-        clock=clock,
+        policy=FoldPolicy(retry_max=60.0, clock=clock),
     )
 
     async def call(messages: list[BaseMessage], state: Any) -> Any:
@@ -159,7 +158,10 @@ async def test_engine_clock_answering_garbage_is_an_error_naming_clock(
     strategy: Any
     if kind == "SummaryBuffer":
         strategy = SummaryBuffer(
-            600, summarizer=lambda _: "summary", counter=ApproximateCounter(), clock=clock
+            600,
+            summarizer=lambda _: "summary",
+            counter=ApproximateCounter(),
+            policy=FoldPolicy(clock=clock),
         )
     else:
         strategy = TokenBudget(600, counter=ApproximateCounter())

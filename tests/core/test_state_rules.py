@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langmem_ext import (
     CallableCounter,
     Compacting,
+    FoldPolicy,
     MemoryState,
     SlidingWindow,
     SummaryBuffer,
@@ -44,7 +45,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "langmem_ext"
 CORE = (
     "core/plan.py",
     "core/fold.py",
-    "core/_state.py",
+    "core/transitions.py",
+    "core/fold_turn.py",
+    "core/fold_view.py",
+    "core/walk.py",
+    "core/overflow.py",
     "core/state.py",
     "strategies/engine.py",
     "strategies/presets.py",
@@ -107,7 +112,10 @@ def test_the_drivers_answer_with_the_outcome_types() -> None:
         return "the summary"
 
     strategy = Spy(
-        max_tokens=120, summarizer=model, counter=CallableCounter(words), clock=lambda: 0.0
+        max_tokens=120,
+        summarizer=model,
+        counter=CallableCounter(words),
+        policy=FoldPolicy(clock=lambda: 0.0),
     )
     strategy.summarizer.max_retries = 0  # type: ignore[union-attr]
     history: list[BaseMessage] = []
@@ -147,7 +155,10 @@ def test_plan_fold_uses_the_health_transition() -> None:
         raise ValueError("busy")
 
     strategy = SummaryBuffer(
-        max_tokens=120, summarizer=model, counter=CallableCounter(words), clock=lambda: 50.0
+        max_tokens=120,
+        summarizer=model,
+        counter=CallableCounter(words),
+        policy=FoldPolicy(clock=lambda: 50.0),
     )
     strategy.summarizer.max_retries = 0  # type: ignore[union-attr]
     history: list[BaseMessage] = []
@@ -307,13 +318,14 @@ def test_fold_config_shares_the_view_limits_with_cut_config() -> None:
 
 #: the public constructors' keyword signatures, as they were before the refactor (background
 #: compaction added prefetch_tokens, fold_wait and retry_in_call, at the end, to the summarizing
-#: ones; the message-count trigger added max_messages / keep_messages, and on_turn_added)
+#: ones; the message-count trigger added max_messages / keep_messages, and on_turn_added; then
+#: FoldPolicy took those and the other settings beyond the budget: ``policy=`` and ``**moved``)
 SIGNATURES = {
     "TokenBudget": "(max_tokens: 'int', *, counter: 'CounterLike' = None, safety_margin: 'float' = 0.0, reserve_tokens: 'int' = 0, min_messages: 'int' = 1, target_tokens: 'int | None' = None, start_on: 'StartOn' = 'human', keep_system: 'bool' = True, overflow: 'Overflow' = 'error') -> 'None'",  # noqa: E501
     "SlidingWindow": "(max_messages: 'int' = 20, *, max_tokens: 'int | None' = None, counter: 'CounterLike' = None, min_messages: 'int' = 1, start_on: 'StartOn' = 'human', keep_system: 'bool' = True, overflow: 'Overflow' = 'error') -> 'None'",  # noqa: E501
-    "SummaryBuffer": "(max_tokens: 'int', *, summarizer: 'SummarizerLike', max_summary_tokens: 'int | None' = None, target_tokens: 'int | None' = None, min_messages: 'int' = 2, counter: 'CounterLike' = None, reserve_tokens: 'int' = 0, safety_margin: 'float' = 0.0, start_on: 'StartOn' = 'human', keep_system: 'bool' = True, placement: 'Placement' = 'system', overflow: 'SummaryOverflow' = 'truncate_summary', degrade_after: 'int' = 3, retry_initial: 'float' = 2.0, retry_max: 'float' = 300.0, max_messages: 'int | None' = None, keep_messages: 'int | None' = None, on_summary_updated: 'SummaryCallback | None' = None, on_health_changed: 'HealthCallback | None' = None, on_turn_added: 'TurnCallback | None' = None, clock: 'Callable[[], float] | None' = None, prefetch_tokens: 'int | None' = None, fold_wait: 'float | None' = None, retry_in_call: 'bool' = False) -> 'None'",  # noqa: E501
-    "Compacting": "(max_tokens: 'int', *, summarizer: 'SummarizerLike', summary_ratio: 'float' = 0.1, safety_margin: 'float' = 0.15, min_messages: 'int' = 5, target_ratio: 'float' = 0.5, counter: 'CounterLike' = None, reserve_tokens: 'int' = 0, placement: 'Placement' = 'system', overflow: 'SummaryOverflow' = 'truncate_summary', degrade_after: 'int' = 3, retry_initial: 'float' = 2.0, retry_max: 'float' = 300.0, max_messages: 'int | None' = None, keep_messages: 'int | None' = None, on_summary_updated: 'SummaryCallback | None' = None, on_health_changed: 'HealthCallback | None' = None, on_turn_added: 'TurnCallback | None' = None, clock: 'Callable[[], float] | None' = None, prefetch_tokens: 'int | None' = None, fold_wait: 'float | None' = None, retry_in_call: 'bool' = False) -> 'None'",  # noqa: E501
-    "TieredSummary": "(max_tokens: 'int', *, summarizer: 'SummarizerLike', tier1_ratio: 'float' = 0.5, tier2_ratio: 'float' = 0.85, target_ratio: 'float' = 0.35, truncate_chars: 'int' = 2000, keep_rounds: 'int | None' = 3, observation_tokens: 'int' = 48, max_summary_tokens: 'int | None' = None, min_messages: 'int' = 5, counter: 'CounterLike' = None, reserve_tokens: 'int' = 0, safety_margin: 'float' = 0.0, placement: 'Placement' = 'system', overflow: 'SummaryOverflow' = 'truncate_summary', degrade_after: 'int' = 3, retry_initial: 'float' = 2.0, retry_max: 'float' = 300.0, max_messages: 'int | None' = None, keep_messages: 'int | None' = None, on_summary_updated: 'SummaryCallback | None' = None, on_health_changed: 'HealthCallback | None' = None, on_turn_added: 'TurnCallback | None' = None, clock: 'Callable[[], float] | None' = None, prefetch_tokens: 'int | None' = None, fold_wait: 'float | None' = None, retry_in_call: 'bool' = False) -> 'None'",  # noqa: E501
+    "SummaryBuffer": "(max_tokens: 'int', *, summarizer: 'SummarizerLike', max_summary_tokens: 'int | None' = None, target_tokens: 'int | None' = None, min_messages: 'int' = 2, counter: 'CounterLike' = None, reserve_tokens: 'int' = 0, safety_margin: 'float' = 0.0, start_on: 'StartOn' = 'human', keep_system: 'bool' = True, policy: 'FoldPolicy | None' = None, **moved: 'NoReturn') -> 'None'",  # noqa: E501
+    "Compacting": "(max_tokens: 'int', *, summarizer: 'SummarizerLike', summary_ratio: 'float' = 0.1, safety_margin: 'float' = 0.15, min_messages: 'int' = 5, target_ratio: 'float' = 0.5, counter: 'CounterLike' = None, reserve_tokens: 'int' = 0, policy: 'FoldPolicy | None' = None, **moved: 'NoReturn') -> 'None'",  # noqa: E501
+    "TieredSummary": "(max_tokens: 'int', *, summarizer: 'SummarizerLike', tier1_ratio: 'float' = 0.5, tier2_ratio: 'float' = 0.85, target_ratio: 'float' = 0.35, truncate_chars: 'int' = 2000, keep_rounds: 'int | None' = 3, observation_tokens: 'int' = 48, max_summary_tokens: 'int | None' = None, min_messages: 'int' = 5, counter: 'CounterLike' = None, reserve_tokens: 'int' = 0, safety_margin: 'float' = 0.0, policy: 'FoldPolicy | None' = None, **moved: 'NoReturn') -> 'None'",  # noqa: E501
     "ToolDigest": "(max_tokens: 'int', *, keep_rounds: 'int' = 3, observation_tokens: 'int' = 48, trigger_tokens: 'int | None' = None, counter: 'CounterLike' = None, safety_margin: 'float' = 0.0, reserve_tokens: 'int' = 0, min_messages: 'int' = 1, target_tokens: 'int | None' = None, start_on: 'StartOn' = 'human', keep_system: 'bool' = True, overflow: 'Overflow' = 'clip') -> 'None'",  # noqa: E501
 }
 

@@ -32,7 +32,7 @@ from langmem_ext import (
     TokenizerUnavailableError,
     as_counter,
 )
-from langmem_ext.core.tokens import openai_image_tokens
+from langmem_ext.counting.local import openai_image_tokens
 
 TEXT_AND_TOOL_MESSAGES: list[BaseMessage] = [
     SystemMessage("You are a terse assistant. Answer in one line."),

@@ -56,12 +56,8 @@ from langmem_ext import (
     TokenBudget,
     as_counter,
 )
-from langmem_ext.counting.providers import (
-    AnthropicCounter,
-    CalibratedCounter,
-    Correction,
-    TokenCountError,
-)
+from langmem_ext.counting.anthropic import AnthropicCounter, TokenCountError
+from langmem_ext.counting.calibrated import CalibratedCounter, Correction
 
 __all__ = ["llm_server"]  # the fixture, re-exported so pytest finds it
 

@@ -6,7 +6,7 @@ when a name is exported by accident, or when the README documents a name that do
 Adding a public name is a decision: add it to ``EXPECTED`` here, in the same change (the
 provider counters added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex; the
 summary checks added DEFAULT_SUMMARY_CHECKS, SummaryCheck, SummaryContext, SummaryRejected and
-ModelBusyError).
+ModelBusyError; the summarizing strategies' options added FoldPolicy).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ EXPECTED = (
     "ContextOverflowError",
     "ExtractiveSummarizer",
     "Finding",
+    "FoldPolicy",
     "GraphSchemaError",
     "GraphSchemaWarning",
     "InvalidHistoryError",

@@ -63,7 +63,7 @@ from langmem_ext.compat import (
     UnpersistedSummaryWarning,
 )
 from langmem_ext.core.keys import MemoryKey
-from langmem_ext.core.tokens import ApproximateCounter
+from langmem_ext.counting.local import ApproximateCounter
 
 classic = pytest.importorskip("langchain_classic")
 from langchain_classic.base_memory import BaseMemory  # noqa: E402

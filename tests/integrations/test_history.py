@@ -54,6 +54,7 @@ from langgraph.store.memory import InMemoryStore
 
 import langmem_ext.integrations.history
 from langmem_ext import (
+    FoldPolicy,
     LangmemExtError,
     MemoryBudgetExceeded,
     MemoryState,
@@ -330,7 +331,11 @@ def test_prune_backing_also_prunes_messages_written_without_ids() -> None:
 
 def test_memory_budget_exceeded_stores_the_fold_before_raising() -> None:
     strategy = SummaryBuffer(
-        400, summarizer=summarizer, max_summary_tokens=60, overflow="error", min_messages=1
+        400,
+        summarizer=summarizer,
+        max_summary_tokens=60,
+        min_messages=1,
+        policy=FoldPolicy(overflow="error"),
     )
     history = managed(strategy=strategy)
     for i in range(4):

@@ -573,7 +573,7 @@ def test_rebased_state_is_anchored_to_the_shorter_history() -> None:
 
 
 def test_lock_is_shared_by_objects_on_the_same_store_and_key() -> None:
-    from langmem_ext.integrations import history as module
+    from langmem_ext.integrations import locks as module
 
     store = InMemoryStore()
     one = ManagedChatMessageHistory(
@@ -585,9 +585,9 @@ def test_lock_is_shared_by_objects_on_the_same_store_and_key() -> None:
     other = ManagedChatMessageHistory(
         InMemoryChatMessageHistory(), make_strategy(), store=store, key=key_for("b")
     )
-    a = module._key_lock(one._lock_owner(None), one.namespace)
-    assert module._key_lock(two._lock_owner(None), two.namespace) is a
-    assert module._key_lock(other._lock_owner(None), other.namespace) is not a
+    a = module.key_lock(one._lock_owner(None), one.namespace)
+    assert module.key_lock(two._lock_owner(None), two.namespace) is a
+    assert module.key_lock(other._lock_owner(None), other.namespace) is not a
 
 
 # --- reads and the lock -----------------------------------------------------------------------

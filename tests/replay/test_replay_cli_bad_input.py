@@ -13,8 +13,8 @@ import pytest
 from subprocesses import without_api_keys
 
 from langmem_ext.cli import main
-from langmem_ext.replay.formats import MAX_JSON_DEPTH, TranscriptError, load_transcript
 from langmem_ext.replay.prices import PriceError, load_prices
+from langmem_ext.replay.transcripts import MAX_JSON_DEPTH, TranscriptError, load_transcript
 
 GOOD = [{"role": "user", "content": "hi ☃ ÷"}, {"role": "assistant", "content": "hello ☃"}]
 

@@ -32,7 +32,7 @@ from typing_extensions import TypedDict
 
 from langmem_ext.core.messages import validate
 from langmem_ext.errors import LangmemExtError
-from langmem_ext.replay.formats import (
+from langmem_ext.replay.transcripts import (
     Transcript,
     TranscriptError,
     load_postgres_thread,

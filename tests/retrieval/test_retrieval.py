@@ -20,6 +20,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import (
     ApproximateCounter,
+    FoldPolicy,
     MemoryKey,
     MemoryNode,
     MemoryState,
@@ -28,6 +29,7 @@ from langmem_ext import (
     TokenBudget,
     validate,
 )
+from langmem_ext.retrieval import RetrievalConfig
 from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 COUNTER = ApproximateCounter()
@@ -196,9 +198,9 @@ def test_neighbours_only_fill_what_the_results_leave() -> None:
             ranking="bm25",
             k=4,
             max_retrieved_tokens=800,
-            neighbors=neighbors,
+            config=RetrievalConfig(neighbors=neighbors, compact=False),
             key=KEY,
-            compact=False,  # whole turns: the budget runs out before every neighbour fits
+            # whole turns: the budget runs out before every neighbour fits
         )
         picked[neighbors] = ask(strategy, history, "locker code, peanuts, Anna and topic 20?")
     assert picked[0].report.retrieved == picked[1].report.retrieved
@@ -211,7 +213,7 @@ def test_neighbours_only_fill_what_the_results_leave() -> None:
 def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
     """Textbook RRF (k=60, equal weights) lets a turn that is middling in both rankings beat
     the dense ranking's clear first place; the defaults (k=5, dense weight 2) do not."""
-    from langmem_ext.retrieval.strategy import _Candidate
+    from langmem_ext.retrieval.index import Candidate as _Candidate
 
     def turns(*uids: str) -> list[_Candidate]:
         return [_Candidate(uid=u, text=u, kind="turn", seq=i, ids=(u,)) for i, u in enumerate(uids)]
@@ -219,20 +221,32 @@ def test_fusion_defaults_let_a_confident_dense_first_place_win() -> None:
     dense = turns("fact", *(f"d{i}" for i in range(9)), "both")
     lexical = turns(*(f"b{i}" for i in range(3)), "both", *(f"x{i}" for i in range(6)))
     for kwargs, first in (({}, "fact"), ({"rrf_k": 60, "dense_weight": 1.0}, "both")):
-        strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=1, **kwargs, key=KEY)
+        strategy = Retrieval(
+            TokenBudget(900),
+            store=InMemoryStore(),
+            k=1,
+            config=RetrievalConfig(**kwargs),
+            key=KEY,
+        )
         picked = strategy._fuse([(strategy.config.dense_weight, dense), (1.0, lexical)], [], [])
         assert [c.uid for c in picked] == [first]
 
 
 def test_turns_in_the_view_do_not_take_a_rank_in_the_fusion() -> None:
-    from langmem_ext.retrieval.strategy import _Candidate
+    from langmem_ext.retrieval.index import Candidate as _Candidate
 
     dense = [
         _Candidate(uid="v", text="v", kind="turn", seq=0, ids=("v1",)),
         _Candidate(uid="a", text="a", kind="turn", seq=1, ids=("a1",)),
     ]
     lexical = [_Candidate(uid="b", text="b", kind="turn", seq=2, ids=("b1",))]
-    strategy = Retrieval(TokenBudget(900), store=InMemoryStore(), k=2, dense_weight=1.0, key=KEY)
+    strategy = Retrieval(
+        TokenBudget(900),
+        store=InMemoryStore(),
+        k=2,
+        config=RetrievalConfig(dense_weight=1.0),
+        key=KEY,
+    )
     picked = strategy._fuse([(1.0, dense), (1.0, lexical)], [], {"v1"})
     # "a" is the dense first place once "v" (shown) is set aside: it ties with "b", and
     # ties keep the order of first appearance
@@ -307,8 +321,7 @@ def test_sources_are_searched_deduped_and_a_failing_or_slow_one_never_breaks_the
         TokenBudget(1_500),
         store=store,
         sources=[good, vectors, slow, broken],
-        source_timeout=0.3,
-        source_k=5,
+        config=RetrievalConfig(source_timeout=0.3, source_k=5),
         key=KEY,
     )
     history = conversation(6)
@@ -445,9 +458,9 @@ def test_bad_configuration_is_refused_clearly() -> None:
     with pytest.raises(ValueError, match="k must be"):
         Retrieval(TokenBudget(900), store=InMemoryStore(), k=0)
     with pytest.raises(ValueError, match="rrf_k must be an integer >= 0, got -1"):
-        Retrieval(TokenBudget(900), store=InMemoryStore(), rrf_k=-1)
+        Retrieval(TokenBudget(900), store=InMemoryStore(), config=RetrievalConfig(rrf_k=-1))
     with pytest.raises(ValueError, match="dense_weight must be > 0, got 0"):
-        Retrieval(TokenBudget(900), store=InMemoryStore(), dense_weight=0)
+        Retrieval(TokenBudget(900), store=InMemoryStore(), config=RetrievalConfig(dense_weight=0))
     with pytest.raises(TypeError, match="BaseRetriever or a VectorStore"):
         Retrieval(TokenBudget(900), store=InMemoryStore(), sources=[object()])  # type: ignore[list-item]
     assert isinstance(InMemoryStore(), BaseStore)
@@ -530,7 +543,7 @@ def _by_hand(strategy: Retrieval, messages: list[BaseMessage], state: Any) -> tu
     request runs itself (what the engine's drivers do once they take I/O requests)."""
     from langmem_ext.core.fold import FoldRequest
     from langmem_ext.core.transitions import Folded
-    from langmem_ext.retrieval.strategy import IoRequest
+    from langmem_ext.strategies.engine import IoRequest
 
     plan = strategy._plan(messages, MemoryState.coerce(state), strategy.clock(), 0, key=KEY)
     asked: list[str] = []
@@ -612,7 +625,9 @@ def test_index_stamps_come_from_the_strategy_clock() -> None:
     run(strategy, conversation(20))
     stamps = {item.value["indexed_at"] for item in store.search(KEY.namespace("turns"), limit=99)}
     assert stamps == {1_234.5}
-    inner = SummaryBuffer(4_000, summarizer=lambda prompt: "s", clock=lambda: 42.0)
+    inner = SummaryBuffer(
+        4_000, summarizer=lambda prompt: "s", policy=FoldPolicy(clock=lambda: 42.0)
+    )
     wrapped = Retrieval(inner, store=InMemoryStore(), ranking="bm25", key=KEY)
     assert wrapped.clock() == 42.0  # one clock per call: the inner plan's and the index's
 
@@ -624,7 +639,12 @@ def test_retrieval_config_is_frozen_validated_and_resolved() -> None:
 
     good = ListRetriever(docs=["Returns are accepted within 30 days."])
     strategy = Retrieval(
-        TokenBudget(900), store=InMemoryStore(), key=KEY, k=3, sources=[good], dense_weight=1
+        TokenBudget(900),
+        store=InMemoryStore(),
+        key=KEY,
+        k=3,
+        sources=[good],
+        config=RetrievalConfig(dense_weight=1),
     )
     config = strategy.config
     assert isinstance(config, RetrievalConfig)
@@ -650,3 +670,19 @@ def test_sources_given_as_a_generator_are_kept() -> None:
     )
     result = strategy.apply([HumanMessage("what is your returns policy for orders?", id="q")])
     assert "Returns are accepted within 30 days." in context(result)
+
+
+def test_a_setting_of_the_config_alone_names_its_new_place() -> None:
+    """Retrieval takes its common settings as keywords; the others (fusion, candidates,
+    neighbours, index placement, prefetch, ...) only through ``config=RetrievalConfig(...)``."""
+    with pytest.raises(
+        TypeError,
+        match=r"Retrieval\(rrf_k=\.\.\.\) moved: pass config=RetrievalConfig\(rrf_k=\.\.\.\)",
+    ):
+        Retrieval(TokenBudget(900), store=InMemoryStore(), key=KEY, rrf_k=60)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'fusion'"):
+        Retrieval(TokenBudget(900), store=InMemoryStore(), key=KEY, fusion=60)
+    given = Retrieval(
+        TokenBudget(900), store=InMemoryStore(), key=KEY, k=2, config=RetrievalConfig(rrf_k=60, k=5)
+    )
+    assert (given.config.rrf_k, given.config.k, given.config.ranking) == (60, 2, "bm25")

@@ -19,7 +19,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, Sear
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
-from langmem_ext.retrieval import strategy as module
+from langmem_ext.retrieval import codec, layout
 from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 KEY = MemoryKey("acme", "ann", "blocks")  # not the other tests' thread (a shared PG schema)
@@ -110,7 +110,7 @@ def test_a_fresh_process_loads_blocks_and_ranks_as_one_that_reads_every_turn(ran
     state = make(store, ranking, embed).apply(history).state
     assert state.indexed_turns > 1_024
     assert sorted(blocks(store)) == [0, 512]  # the write reached turn 1,024: two blocks closed
-    assert module.stored_vectors(blocks(store)[0].value) is None  # a block never reads as a turn
+    assert codec.stored_vectors(blocks(store)[0].value) is None  # a block never reads as a turn
     store.turns_read = 0
     fresh = make(store, ranking, embed)
     got = answers(fresh, history, state)
@@ -168,7 +168,7 @@ def test_a_fresh_process_reads_the_turns_after_the_blocks_by_the_keys_of_the_tai
     history, state = _grown(store, 1_200)
     tail = store.get(BLOCKS, "tail")
     assert tail is not None
-    hoped = module._hoped(state.indexed_turns)
+    hoped = layout.hoped(state.indexed_turns)
     assert hoped == 1_024 and tail.value["seqs"] == list(range(hoped, state.indexed_turns))
     store.ops.clear()
     got = answers(make(store, "bm25"), history, state)
@@ -345,8 +345,8 @@ def test_blocks_never_change_what_a_fresh_process_finds(
     (a new state, new keys), forks (an earlier state, new messages after it), deleted turns and
     a tail that is stale or gone, in any order: a fresh process with the blocks answers exactly
     as one without them."""
-    saved = module._BLOCK
-    module._BLOCK = 8
+    saved = layout.BLOCK
+    layout.BLOCK = 8
     try:
         embed = Concepts()
         store = InMemoryStore()
@@ -396,7 +396,7 @@ def test_blocks_never_change_what_a_fresh_process_finds(
 
         assert ask(store) == ask(HideBlocks(store))
     finally:
-        module._BLOCK = saved
+        layout.BLOCK = saved
 
 
 def test_block_writes_happen_once_per_block_not_per_turn() -> None:
@@ -411,7 +411,7 @@ def test_block_writes_happen_once_per_block_not_per_turn() -> None:
     writes = [
         o for o in store.ops if isinstance(o, PutOp) and o.namespace == BLOCKS and o.key != "tail"
     ]
-    assert [w.key for w in writes] == [module._order(0), module._order(512)]
+    assert [w.key for w in writes] == [layout.seq_order(0), layout.seq_order(512)]
 
 
 def _reopened_answers(store: BaseStore, history: list[Any], state: Any) -> tuple[list[str], ...]:
@@ -534,10 +534,10 @@ def test_strict_base64_decodes_what_was_encoded_and_nothing_else(
     import base64
 
     text = base64.b64encode(data).decode()
-    assert module._b64decode(text) == data
+    assert codec.b64decode(text) == data
     if text:
         at = cut % len(text)
-        assert module._b64decode(text[:at] + junk + text[at + 1 :]) is None
+        assert codec.b64decode(text[:at] + junk + text[at + 1 :]) is None
 
 
 def test_vector_index_reserve_keeps_results_and_refuses_bad_sizes() -> None:

@@ -19,13 +19,11 @@ from langchain_core.retrievers import BaseRetriever
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import ApproximateCounter, MemoryKey, Retrieval, TokenBudget, validate
-from langmem_ext.retrieval.strategy import (
-    RETRIEVED_ID,
-    _compact,
-    _distinct_texts,
-    _parts,
-    asks_about_the_past,
-)
+from langmem_ext.retrieval import RetrievalConfig
+from langmem_ext.retrieval.codec import distinct_texts as _distinct_texts
+from langmem_ext.retrieval.strategy import RETRIEVED_ID, asks_about_the_past
+from langmem_ext.retrieval.text import compact_turn as _compact
+from langmem_ext.retrieval.text import message_parts as _parts
 
 KEY = MemoryKey("acme", "ann", "t1")
 FILLER = "we talked about the weather, the sea and the boats in the harbour"
@@ -156,7 +154,7 @@ def test_a_score_floor_skips_retrieval_when_nothing_evicted_is_close() -> None:
             store=store(BagOfWords()),
             ranking="dense",
             key=KEY,
-            min_score=floor,
+            config=RetrievalConfig(min_score=floor),
             gate="always",  # the floor alone decides here (gate="auto": see the gate tests below)
         )
 
@@ -172,9 +170,9 @@ def test_bad_floor_and_compact_values_are_refused() -> None:
     import pytest
 
     with pytest.raises(ValueError, match=r"min_score must be a similarity between -1 and 1"):
-        Retrieval(TokenBudget(900), store=store(), key=KEY, min_score=2)
+        Retrieval(TokenBudget(900), store=store(), key=KEY, config=RetrievalConfig(min_score=2))
     with pytest.raises(TypeError, match=r"compact must be a bool"):
-        Retrieval(TokenBudget(900), store=store(), key=KEY, compact="yes")  # type: ignore[arg-type]
+        Retrieval(TokenBudget(900), store=store(), key=KEY, config=RetrievalConfig(compact="yes"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"k must be an integer >= 1"):
         Retrieval(TokenBudget(900), store=store(), key=KEY, k=0)
 

@@ -28,7 +28,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.core.messages import is_valid
-from langmem_ext.retrieval import strategy as module
+from langmem_ext.retrieval import layout as module
 from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 #: index blocks of 8 turns (the module's 512 would need thousands of turns per example)
@@ -159,8 +159,8 @@ def targets(key: MemoryKey) -> list[tuple[tuple[str, ...], str]]:
         (turns, "h28"),  # after the blocks
         (turns, "h3"),  # planted, inside a block
         (turns, "h26"),  # planted, after the blocks
-        (blocks, module._order(0)),
-        (blocks, module._order(BLOCK)),
+        (blocks, module.seq_order(0)),
+        (blocks, module.seq_order(BLOCK)),
         (blocks, "tail"),
         (marks, key.labels()[2]),
         (marks, "*"),
@@ -194,7 +194,7 @@ def run_damage_case(
 ) -> None:
     key = MemoryKey("acme", "ann", f"dmg-{uuid.uuid4().hex[:10]}")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "_BLOCK", BLOCK)
+        patch.setattr(module, "BLOCK", BLOCK)
         history = chat(0, TURNS_WRITTEN)
         state = make(store, key).apply(history).state
         assert state.indexed_turns > 3 * BLOCK
@@ -324,7 +324,7 @@ def test_a_changed_embedding_model_re_embeds_the_stored_turns_instead_of_crashin
     key = MemoryKey("acme", "ann", "model-change")
     store = InMemoryStore()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "_BLOCK", BLOCK)
+        patch.setattr(module, "BLOCK", BLOCK)
         history = chat(0, TURNS_WRITTEN)
         state = make(store, key).apply(history).state
         stored = store.get(key.namespace("turns"), "h28")
@@ -361,7 +361,7 @@ def test_a_wrapper_of_the_same_embedding_model_keeps_the_stored_vectors() -> Non
     key = MemoryKey("acme", "ann", "wrapped-model")
     store = InMemoryStore()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "_BLOCK", BLOCK)
+        patch.setattr(module, "BLOCK", BLOCK)
         history = chat(0, TURNS_WRITTEN)
         state = make(store, key).apply(history).state
         inner = Concepts()
@@ -399,7 +399,7 @@ def test_a_mark_announcing_more_turns_than_exist_costs_work_bounded_by_the_data(
     key = MemoryKey("acme", "ann", "huge-mark")
     store = CountingGets()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(module, "_BLOCK", BLOCK)
+        patch.setattr(module, "BLOCK", BLOCK)
         history = chat(0, TURNS_WRITTEN)
         state = make(store, key).apply(history).state
         marks = key.namespace("turn_marks", scope="user")

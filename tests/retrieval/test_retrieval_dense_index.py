@@ -22,7 +22,9 @@ from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, MemoryState, Retrieval, TokenBudget
-from langmem_ext.retrieval.strategy import RETRIEVED_ID, _StoreFlow, stored_vectors
+from langmem_ext.retrieval import RetrievalConfig
+from langmem_ext.retrieval.flows import _StoreFlow
+from langmem_ext.retrieval.strategy import RETRIEVED_ID, stored_vectors
 
 KEY = MemoryKey("acme", "ann", "chat")
 TURNS = KEY.namespace("turns")
@@ -154,7 +156,10 @@ def test_turns_carry_float16_vectors_and_the_store_embeds_none_of_them() -> None
         np.testing.assert_allclose(rows, exact, atol=1e-3)
     # the store-side path (dense_index="store") does fill it: the check above means something
     other = indexed_store(Concepts())
-    run(retrieval(other, ranking="dense", dense_index="store"), conversation(30))
+    run(
+        retrieval(other, ranking="dense", config=RetrievalConfig(dense_index="store")),
+        conversation(30),
+    )
     assert other._vectors.get(TURNS)
     assert all("vectors" not in item.value for item in other.search(TURNS, limit=1_000))
 
@@ -164,7 +169,7 @@ def test_turns_stored_without_vectors_are_embedded_once_on_load() -> None:
     are embedded once, together, when a local Retrieval loads the namespace, and are found by
     the dense ranking; the next queries embed no document."""
     store = indexed_store(Concepts())
-    old = retrieval(store, ranking="dense", dense_index="store")
+    old = retrieval(store, ranking="dense", config=RetrievalConfig(dense_index="store"))
     history = conversation(30)
     state = old.apply([*history, ask(LOCKER)], run(old, history).state).state
     stored = store.search(TURNS, limit=1_000)
@@ -212,7 +217,7 @@ def test_dense_index_configuration_errors_name_the_fix() -> None:
             TokenBudget(900),
             store=InMemoryStore(),
             embeddings=Concepts(),
-            dense_index="bogus",  # type: ignore[arg-type]
+            config=RetrievalConfig(dense_index="bogus"),  # type: ignore[arg-type]
             key=KEY,
         )
     with pytest.raises(ValueError, match=r"dense_index='store' searches with the store's own"):
@@ -220,7 +225,7 @@ def test_dense_index_configuration_errors_name_the_fix() -> None:
             TokenBudget(900),
             store=indexed_store(Concepts()),
             embeddings=Concepts(),
-            dense_index="store",
+            config=RetrievalConfig(dense_index="store"),
             key=KEY,
         )
     with pytest.raises(TypeError, match=r"embeddings must be a LangChain Embeddings, got str"):
@@ -280,7 +285,9 @@ def test_the_local_dense_ranking_is_the_store_side_one() -> None:
     order the store's scores agree with."""
     history = conversation(40)
     local = retrieval(indexed_store(Concepts()), ranking="dense")
-    remote = retrieval(indexed_store(Concepts()), ranking="dense", dense_index="store")
+    remote = retrieval(
+        indexed_store(Concepts()), ranking="dense", config=RetrievalConfig(dense_index="store")
+    )
     assert (local.dense_index, remote.dense_index) == ("local", "store")
     local_state, remote_state = run(local, history).state, run(remote, history).state
     for question in QUESTIONS:
@@ -382,7 +389,9 @@ def test_postgres_store_with_an_index_keeps_the_dense_ranking_in_the_store(
         assert not strategy._local  # nothing embedded in process
         mine = Retrieval(TokenBudget(900), store=indexed, key=KEY, embeddings=Concepts())
         assert mine.dense_index == "local" and "dense_index='local'" in repr(mine)
-        pinned = Retrieval(TokenBudget(900), store=indexed, key=KEY, dense_index="local")
+        pinned = Retrieval(
+            TokenBudget(900), store=indexed, key=KEY, config=RetrievalConfig(dense_index="local")
+        )
         assert pinned.dense_index == "local" and pinned._local
         plain = Retrieval(TokenBudget(900), store=PostgresStore(conn), key=KEY)
         assert (plain.dense_index, plain.config.ranking) == ("local", "bm25")

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 import re
@@ -43,6 +44,7 @@ from langmem_ext import (
     SummaryBuffer,
     TokenBudget,
 )
+from langmem_ext.retrieval import RetrievalConfig
 from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -402,7 +404,12 @@ def test_explicit_user_ids_never_leak_and_shared_default_is_an_opt_in() -> None:
     shown = str([m.content for m in graph.views[-1] if m.id == RETRIEVED_ID])
     assert "9090" in shown and "4471" not in shown
     # the opt-in: a shared default memory, on purpose
-    shared = Retrieval(TokenBudget(900), store=InMemoryStore(), scope="user", shared_default=True)
+    shared = Retrieval(
+        TokenBudget(900),
+        store=InMemoryStore(),
+        scope="user",
+        config=RetrievalConfig(shared_default=True),
+    )
     shared.apply([HumanMessage("hello there friend")], key=MemoryKey.from_config({}))
 
 
@@ -455,6 +462,15 @@ class _Docs(BaseRetriever):
         return []
 
 
+def _with_config(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` as Retrieval takes them: the settings it takes only through
+    ``config=RetrievalConfig(...)`` moved there (built here, so its checks raise in the test)."""
+    keywords = set(inspect.signature(Retrieval).parameters)
+    kept = {name: value for name, value in options.items() if name in keywords}
+    moved = {name: value for name, value in options.items() if name not in keywords}
+    return {**kept, "config": RetrievalConfig(**moved)} if moved else kept
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -484,7 +500,7 @@ class _Docs(BaseRetriever):
 )
 def test_every_parameter_is_validated_at_construction(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Retrieval(TokenBudget(4_000), store=InMemoryStore(), **kwargs)
+        Retrieval(TokenBudget(4_000), store=InMemoryStore(), **_with_config(kwargs))
 
 
 @pytest.mark.parametrize(
@@ -500,7 +516,7 @@ def test_every_parameter_is_validated_at_construction(kwargs: dict[str, Any], me
 def test_wrong_types_are_named_at_construction(kwargs: dict[str, Any], message: str) -> None:
     options = {"store": InMemoryStore(), **kwargs}
     with pytest.raises(TypeError, match=message):
-        Retrieval(TokenBudget(4_000), **options)
+        Retrieval(TokenBudget(4_000), **_with_config(options))
 
 
 def test_a_context_budget_that_leaves_no_room_blames_max_retrieved_tokens() -> None:

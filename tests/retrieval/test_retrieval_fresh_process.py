@@ -21,7 +21,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
-from langmem_ext.retrieval import strategy as retrieval
+from langmem_ext.retrieval import codec as retrieval
 from langmem_ext.retrieval.bm25 import BM25Index, encode_postings
 
 KEY = MemoryKey("acme", "ann", "fresh")
@@ -158,7 +158,7 @@ def test_rows_a_search_finds_as_int8_codes_are_read_back_before_they_are_ranked(
     }
     human = sorted(k for k in stored if k.startswith("h") and int(k[1:]) < 1_024)
     rows = np.stack([stored[k][0] for k in human])
-    codes_rows = retrieval._int8_codes(rows).astype(np.float32)
+    codes_rows = retrieval.int8_codes(rows).astype(np.float32)
     exact = np.argsort(-(_unit(rows) @ fan.query), kind="stable")[:8]
     rough = np.argsort(-(_unit(codes_rows) @ fan.query), kind="stable")[:8]
     assert set(exact) != set(rough)
@@ -221,7 +221,7 @@ def test_vector_index_takes_int8_codes_in_parts_and_refines_them_in_place() -> N
 
     rng = np.random.default_rng(3)
     exact = rng.normal(size=(40, 16)).astype(np.float16)
-    codes = retrieval._int8_codes(exact.astype(np.float32))
+    codes = retrieval.int8_codes(exact.astype(np.float32))
     keys = [f"k{i}" for i in range(20)]
     whole, parts = VectorIndex(), VectorIndex()
     whole.add_block(keys, codes, [2] * 20)

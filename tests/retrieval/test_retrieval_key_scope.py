@@ -13,6 +13,7 @@ from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.core.keys import MissingKeyError
+from langmem_ext.retrieval import RetrievalConfig
 from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 FILLER = "we talked about the weather, the sea and the boats in the harbour"
@@ -67,7 +68,9 @@ def test_an_explicit_default_value_counts_as_not_given() -> None:
     key = MemoryKey("acme", "default", "s1")
     with pytest.raises(MissingKeyError, match="user"):
         retrieval(store, "user", key).apply(alice_history("a"))
-    shared = retrieval(store, "user", key, shared_default=True).apply(alice_history("a"))
+    shared = retrieval(store, "user", key, config=RetrievalConfig(shared_default=True)).apply(
+        alice_history("a")
+    )
     assert shared.messages
 
 

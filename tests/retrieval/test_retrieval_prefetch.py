@@ -19,6 +19,7 @@ from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
 from langmem_ext import MemoryKey, Retrieval, TiktokenCounter, TokenBudget
+from langmem_ext.retrieval import RetrievalConfig
 from langmem_ext.retrieval.strategy import stored_vectors
 
 KEY = MemoryKey("acme", "ann", "prefetch")
@@ -78,7 +79,7 @@ def _retrieval(embeddings: Any, prefetch: bool, store: Any = None) -> Retrieval:
         max_retrieved_tokens=120,
         gate="always",
         key=KEY,
-        prefetch_embeddings=prefetch,
+        config=RetrievalConfig(prefetch_embeddings=prefetch),
     )
 
 
@@ -173,7 +174,12 @@ def test_flush_waits_for_the_embeddings_ahead() -> None:
 
 def test_prefetch_needs_a_local_dense_index_and_a_bool() -> None:
     with pytest.raises(ValueError, match="prefetch_embeddings=True needs a local dense index"):
-        Retrieval(TokenBudget(400), store=InMemoryStore(), key=KEY, prefetch_embeddings=True)
+        Retrieval(
+            TokenBudget(400),
+            store=InMemoryStore(),
+            key=KEY,
+            config=RetrievalConfig(prefetch_embeddings=True),
+        )
     with pytest.raises(TypeError, match="prefetch_embeddings must be True or False"):
         _retrieval(_Recording(size=16), "yes")  # type: ignore[arg-type]
 

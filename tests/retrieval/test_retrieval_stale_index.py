@@ -22,7 +22,8 @@ from langgraph.store.base import BaseStore, Op, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, MemoryState, Retrieval, TokenBudget
-from langmem_ext.retrieval import strategy as module
+from langmem_ext.retrieval import layout as module
+from langmem_ext.retrieval.index import STALE_MARK
 from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 KEY = MemoryKey("acme", "sam", "stale-index")
@@ -179,12 +180,12 @@ def tail_lists_every_turn_after_the_blocks(store: BaseStore) -> None:
     stored = sorted(it.value["seq"] for it in store.search(TURNS, limit=1_000))
     assert following == stored[-1] + 1
     assert tail.value["token"] == mark.value["token"]
-    assert tail.value["seqs"] == [n for n in stored if n >= module._hoped(following)]
+    assert tail.value["seqs"] == [n for n in stored if n >= module.hoped(following)]
 
 
 @pytest.fixture(autouse=True)
 def small_blocks() -> Iterator[None]:
-    with mock.patch.object(module, "_BLOCK", BLOCK):
+    with mock.patch.object(module, "BLOCK", BLOCK):
         yield
 
 
@@ -221,7 +222,7 @@ def test_retrieval_stale_caches_cost_one_scan_then_none(backend: str) -> None:
         question = [*chat(FULL), QUESTION]
         assert "5531" in context(reader.view(question, state))
         assert len(recording.scans()) == 1
-        assert list(reader.store_faults) == [module._STALE_MARK]  # counted, and logged once
+        assert list(reader.store_faults) == [STALE_MARK]  # counted, and logged once
         recording.ops.clear()
         assert "5531" in context(reader.view(question, state))
         assert recording.scans() == []
@@ -245,7 +246,7 @@ async def test_retrieval_stale_caches_are_relisted_by_the_next_write_async(backe
         assert following == state.indexed_turns or following == state.indexed_turns + 1
         assert tail.value["token"] == mark.value["token"]
         stored = sorted(it.value["seq"] for it in await store.asearch(TURNS, limit=1_000))
-        assert tail.value["seqs"] == [n for n in stored if n >= module._hoped(following)]
+        assert tail.value["seqs"] == [n for n in stored if n >= module.hoped(following)]
         recording = Recording(store)
         question = [*chat(FULL + 1), QUESTION]
         assert "5531" in context(await make(recording).aview(question, state))

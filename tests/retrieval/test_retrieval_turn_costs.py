@@ -16,6 +16,7 @@ from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
 from langmem_ext import MemoryKey, Retrieval, TiktokenCounter, TokenBudget
+from langmem_ext.retrieval import RetrievalConfig
 
 KEY = MemoryKey("acme", "ann", "packing")
 ENCODINGS = ("cl100k_base", "o200k_base")
@@ -90,7 +91,7 @@ class _Counting(TiktokenCounter):
 
 def _conversation() -> tuple[list[BaseMessage], list[str]]:
     """A planted conversation of 250 turns and its questions."""
-    from bench.retrieval_data import PlantedSettings, planted_conversations
+    from bench.retrieval_planted import PlantedSettings, planted_conversations
 
     (conversation,) = planted_conversations(PlantedSettings(lengths=(500,), seeds=(0,)))
     questions = [q.text for q in conversation.questions][:10]
@@ -111,7 +112,7 @@ def test_skipping_by_the_bound_packs_the_same_context_with_fewer_texts_counted(
             store=InMemoryStore(),
             ranking="bm25",
             max_retrieved_tokens=300,
-            compact=compact,
+            config=RetrievalConfig(compact=compact),
             key=KEY,
         )
         state = strategy.apply(history).state

@@ -16,7 +16,7 @@ import pytest
 from langgraph.store.base import Op, Result
 from langgraph.store.memory import InMemoryStore
 
-from langmem_ext.retrieval import strategy as module
+from langmem_ext.retrieval import flows as module
 from tests.subprocesses import run_python
 
 ROUNDS = 150

@@ -85,6 +85,7 @@ from property_harness import (
 from langmem_ext import (
     ApproximateCounter,
     Compacting,
+    FoldPolicy,
     MemoryBudgetExceeded,
     MemoryKey,
     MemoryMessagesState,
@@ -100,6 +101,7 @@ from langmem_ext import (
 from langmem_ext.core.fold import FoldRequest
 from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldOutcome
 from langmem_ext.strategies.engine import Strategy, _jobs_of
+from langmem_ext.strategies.options import split_policy
 from tests.properties.test_properties_long_turns import long_runs
 
 COUNTER = ApproximateCounter()
@@ -469,7 +471,8 @@ def build_strategy(case: Case, model: Any, clock: Clock, folds: list[FoldCall]) 
     if case.kind != "compacting":
         kwargs.pop("max_summary_tokens", None)
     cls = {"buffer": SummaryBuffer, "compacting": Compacting, "tiered": TieredSummary}
-    return cls[case.kind](summarizer=summarizer, counter=counter, clock=clock, **kwargs)
+    policy, kwargs = split_policy({**kwargs, "clock": clock})
+    return cls[case.kind](summarizer=summarizer, counter=counter, policy=policy, **kwargs)
 
 
 def with_background(case: Case, data: st.DataObject) -> Case:
@@ -861,9 +864,7 @@ class Chat:
             1_000,
             summarizer=summarizer_for(self.model, self.folds),
             counter=COUNTER,
-            clock=self.clock,
-            prefetch_tokens=700,
-            fold_wait=fold_wait,
+            policy=FoldPolicy(clock=self.clock, prefetch_tokens=700, fold_wait=fold_wait),
         )
         self.history: list[BaseMessage] = []
         self.state: MemoryState | None = None
@@ -994,8 +995,7 @@ def failing_buffer(calls: list[tuple[bool, float]], clock: Clock, **kwargs: Any)
         1_000,
         summarizer=summarizer_for(_always_failing(calls, clock), [], max_attempts=3),
         counter=COUNTER,
-        clock=clock,
-        **kwargs,
+        policy=FoldPolicy(clock=clock, **kwargs),
     )
 
 
@@ -1074,8 +1074,7 @@ def test_the_backoff_counts_from_the_end_of_the_failed_attempt(mode: str) -> Non
         1_000,
         summarizer=summarizer_for(hanging, [], max_attempts=3),
         counter=COUNTER,
-        clock=clock,
-        retry_initial=2.0,
+        policy=FoldPolicy(clock=clock, retry_initial=2.0),
     )
     history = chat(12)
 
@@ -1164,8 +1163,7 @@ async def test_aflush_waits_for_running_folds_and_the_next_aapply_adopts() -> No
         1_000,
         summarizer=summarizer_for(model, folds),
         counter=COUNTER,
-        prefetch_tokens=700,
-        fold_wait=0.0,
+        policy=FoldPolicy(prefetch_tokens=700, fold_wait=0.0),
     )
     assert await strategy.aflush() == 0
     history: list[BaseMessage] = []
@@ -1226,8 +1224,7 @@ def test_memory_node_adopts_a_fold_finished_after_the_checkpoint(mode: str, driv
         1_000,
         summarizer=summarizer_for(model, folds),
         counter=COUNTER,
-        prefetch_tokens=700,
-        fold_wait=0.0,
+        policy=FoldPolicy(prefetch_tokens=700, fold_wait=0.0),
     )
     seen: list[list[BaseMessage]] = []
     graph = _graph(MemoryNode(strategy, mode=mode), seen)
@@ -1292,8 +1289,7 @@ def test_retrieval_passes_background_folds_through_and_adopts_them() -> None:
         1_000,
         summarizer=summarizer_for(model, folds),
         counter=COUNTER,
-        prefetch_tokens=700,
-        fold_wait=0.0,
+        policy=FoldPolicy(prefetch_tokens=700, fold_wait=0.0),
     )
     strategy = bm25_retrieval(inner)
     assert strategy.folds_in_background and strategy.fold_wait == 0.0
@@ -1400,10 +1396,15 @@ def test_fold_wait_bounds_the_wait_of_the_crossing_call() -> None:
 # validation
 
 
+def _with_policy(kw: dict[str, Any]) -> dict[str, Any]:
+    policy, rest = split_policy(kw)
+    return {**rest, "policy": policy}
+
+
 _STRATEGIES = {
-    "SummaryBuffer": lambda **kw: SummaryBuffer(1_000, max_summary_tokens=100, **kw),
-    "Compacting": lambda **kw: Compacting(1_000, **kw),
-    "TieredSummary": lambda **kw: TieredSummary(1_000, max_summary_tokens=100, **kw),
+    "SummaryBuffer": lambda **kw: SummaryBuffer(1_000, max_summary_tokens=100, **_with_policy(kw)),
+    "Compacting": lambda **kw: Compacting(1_000, **_with_policy(kw)),
+    "TieredSummary": lambda **kw: TieredSummary(1_000, max_summary_tokens=100, **_with_policy(kw)),
 }
 
 
@@ -1435,11 +1436,13 @@ def test_fold_wait_must_be_a_finite_number_of_seconds(bad: Any) -> None:
     """(g) fold_wait: negative, NaN, infinite or not a number is refused, naming fold_wait and
     the value; 0, a positive number and None are accepted."""
     with pytest.raises(ValueError, match="fold_wait") as raised:
-        SummaryBuffer(1_000, summarizer=GatedModel(), prefetch_tokens=700, fold_wait=bad)
+        SummaryBuffer(
+            1_000, summarizer=GatedModel(), policy=FoldPolicy(prefetch_tokens=700, fold_wait=bad)
+        )
     assert repr(bad) in str(raised.value)
     for good in (0, 0.0, 2.5, None):
         strategy = SummaryBuffer(
-            1_000, summarizer=GatedModel(), prefetch_tokens=700, fold_wait=good
+            1_000, summarizer=GatedModel(), policy=FoldPolicy(prefetch_tokens=700, fold_wait=good)
         )
         assert strategy.fold_wait == good
 
@@ -1494,7 +1497,11 @@ async def test_background_fold_with_an_async_summarizer_model_under_aapply() -> 
         return "the user asked about shipments"
 
     strategy = SummaryBuffer(
-        1_000, summarizer=model, counter=COUNTER, max_summary_tokens=100, prefetch_tokens=700
+        1_000,
+        summarizer=model,
+        counter=COUNTER,
+        max_summary_tokens=100,
+        policy=FoldPolicy(prefetch_tokens=700),
     )
     history: list[BaseMessage] = []
     state: MemoryState | None = None

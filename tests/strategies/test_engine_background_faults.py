@@ -27,7 +27,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from langmem_ext import ApproximateCounter, Summarizer, SummaryBuffer
+from langmem_ext import ApproximateCounter, FoldPolicy, Summarizer, SummaryBuffer
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.strategies.engine import Strategy, _jobs_of, job_deadline
@@ -107,8 +107,7 @@ def buffer(model: Any, *, fold_wait: float | None = None) -> SummaryBuffer:
         1_000,
         summarizer=Summarizer(model, timeout=TIMEOUT, max_summary_tokens=120),
         counter=COUNTER,
-        prefetch_tokens=700,
-        fold_wait=fold_wait,
+        policy=FoldPolicy(prefetch_tokens=700, fold_wait=fold_wait),
     )
 
 

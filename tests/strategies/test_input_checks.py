@@ -19,7 +19,9 @@ from langmem_ext import (
     ToolDigest,
 )
 from langmem_ext.core.state import MemoryState
-from langmem_ext.core.tokens import CallableCounter, ChatModelCounter, checked_count
+from langmem_ext.core.tokens import checked_count
+from langmem_ext.counting.chat_model import ChatModelCounter
+from langmem_ext.counting.resolve import CallableCounter
 from langmem_ext.testing import FakeSummaryModel
 
 # --- max_tokens --------------------------------------------------------------------------------

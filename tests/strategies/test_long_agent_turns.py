@@ -53,6 +53,7 @@ from langmem_ext import (
 )
 from langmem_ext.core.digest import DIGEST_ID_PREFIX, is_digest
 from langmem_ext.core.identity import key_at
+from langmem_ext.strategies.options import split_policy
 
 # --------------------------------------------------------------------------------------------
 # a long agent turn, built by hand: one request, then tool rounds (1-3 parallel calls)
@@ -208,7 +209,10 @@ STRATEGIES: dict[str, Callable[..., Any]] = {
 
 def build(kind: str, max_tokens: int, **kwargs: Any) -> Any:
     counter = CallableCounter(words)
-    return STRATEGIES[kind](max_tokens, summarizer=SummaryModel(), counter=counter, **kwargs)
+    policy, kwargs = split_policy(kwargs)
+    return STRATEGIES[kind](
+        max_tokens, summarizer=SummaryModel(), counter=counter, policy=policy, **kwargs
+    )
 
 
 @pytest.mark.parametrize("kind", list(STRATEGIES))

@@ -24,6 +24,7 @@ from langchain_core.messages import (
 from langmem_ext import (
     CallableCounter,
     Compacting,
+    FoldPolicy,
     MemoryBudgetExceeded,
     MemoryState,
     Summarizer,
@@ -157,7 +158,7 @@ def test_summary_as_a_marked_human_message() -> None:
         max_summary_tokens=20,
         counter=W(),
         min_messages=1,
-        placement="human",
+        policy=FoldPolicy(placement="human"),
     )
     last = grow(strategy, conversation(4))[-1]
     assert [type(m).__name__ for m in last.messages] == [
@@ -179,9 +180,11 @@ def test_a_failed_fold_loses_nothing_and_is_retried_after_the_backoff() -> None:
         summarizer=Summarizer(fake, max_summary_tokens=20, counter=W(), max_attempts=1),
         counter=W(),
         min_messages=1,
-        retry_initial=2.0,
-        clock=lambda: now[0],
-        on_health_changed=lambda old, new: health.append((old, new)),
+        policy=FoldPolicy(
+            retry_initial=2.0,
+            clock=lambda: now[0],
+            on_health_changed=lambda old, new: health.append((old, new)),
+        ),
     )
     history = conversation(6)
     state = grow(strategy, history[:8])[-1].state  # the first fold (at h3) fails
@@ -219,11 +222,13 @@ def test_health_degrades_after_repeated_failures_and_callbacks_cannot_break_a_tu
         summarizer=Summarizer(FakeSummarizer(fail=99), max_summary_tokens=20, max_attempts=1),
         counter=W(),
         min_messages=1,
-        degrade_after=2,
-        retry_initial=1.0,
-        clock=lambda: now[0],
-        on_health_changed=broken,
-        on_summary_updated=broken,
+        policy=FoldPolicy(
+            degrade_after=2,
+            retry_initial=1.0,
+            clock=lambda: now[0],
+            on_health_changed=broken,
+            on_summary_updated=broken,
+        ),
     )
     history = conversation(8)
     state: MemoryState | None = None
@@ -240,7 +245,11 @@ def test_health_degrades_after_repeated_failures_and_callbacks_cannot_break_a_tu
 
 def test_overflow_error_raises_memory_budget_exceeded_with_numbers() -> None:
     strategy = SummaryBuffer(
-        40, summarizer=FakeSummarizer(), max_summary_tokens=16, counter=W(), overflow="error"
+        40,
+        summarizer=FakeSummarizer(),
+        max_summary_tokens=16,
+        counter=W(),
+        policy=FoldPolicy(overflow="error"),
     )
     with pytest.raises(MemoryBudgetExceeded) as info:
         strategy.apply([SYS, H(80, "huge")])
@@ -361,7 +370,7 @@ def test_configuration_errors_name_the_numbers() -> None:
             100,
             summarizer=FakeSummarizer(),
             max_summary_tokens=20,
-            overflow="drop",  # type: ignore[arg-type]
+            policy=FoldPolicy(overflow="drop"),  # type: ignore[arg-type]
         )
 
 
@@ -375,7 +384,7 @@ def test_every_overflow_policy_terminates(policy: str) -> None:
         max_summary_tokens=20,
         counter=W(),
         min_messages=3,
-        overflow=policy,  # type: ignore[arg-type]
+        policy=FoldPolicy(overflow=policy),  # type: ignore[arg-type]
     )
     history = [*conversation(6), H(500, "huge")]
     if policy == "error":

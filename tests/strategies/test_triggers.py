@@ -7,7 +7,7 @@ import pytest
 from fakes import SummaryModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from langmem_ext import Compacting, Summarizer, SummaryBuffer, TieredSummary
+from langmem_ext import Compacting, FoldPolicy, Summarizer, SummaryBuffer, TieredSummary
 from langmem_ext.core.transitions import removals_for_rewrite
 from langmem_ext.summarize.summarizer import TEMPLATES
 
@@ -32,7 +32,7 @@ def long_turn(rounds: int, words: int = 60) -> list[BaseMessage]:
 @pytest.mark.parametrize("cls", [SummaryBuffer, Compacting, TieredSummary])
 def test_message_trigger_fires_before_the_token_one_and_says_so(cls: type) -> None:
     model = SummaryModel()
-    memory = cls(100_000, summarizer=model, max_messages=10, keep_messages=6)
+    memory = cls(100_000, summarizer=model, policy=FoldPolicy(max_messages=10, keep_messages=6))
     history = chat(4)  # 8 messages after the system one: under both triggers
     first = memory.apply(history)
     assert first.report.trigger is None and model.calls == 0
@@ -44,7 +44,7 @@ def test_message_trigger_fires_before_the_token_one_and_says_so(cls: type) -> No
 
 
 def test_token_trigger_is_reported_as_tokens() -> None:
-    memory = SummaryBuffer(400, summarizer=SummaryModel(), max_messages=500)
+    memory = SummaryBuffer(400, summarizer=SummaryModel(), policy=FoldPolicy(max_messages=500))
     result = memory.apply(long_turn(40))
     assert result.report.trigger == "tokens" and result.report.folded > 0
 
@@ -62,11 +62,11 @@ def test_message_trigger_settings_are_checked_with_their_names(
     kwargs: dict[str, int], word: str
 ) -> None:
     with pytest.raises(ValueError, match=word.replace("(", r"\(").replace(")", r"\)")):
-        SummaryBuffer(1_000, summarizer=SummaryModel(), **kwargs)
+        SummaryBuffer(1_000, summarizer=SummaryModel(), policy=FoldPolicy(**kwargs))
 
 
 def test_keep_messages_defaults_to_half_of_max_messages() -> None:
-    memory = SummaryBuffer(1_000, summarizer=SummaryModel(), max_messages=20)
+    memory = SummaryBuffer(1_000, summarizer=SummaryModel(), policy=FoldPolicy(max_messages=20))
     assert (memory.config.trigger_messages, memory.config.target_messages) == (20, 10)
 
 
@@ -77,7 +77,7 @@ def test_on_turn_added_gets_each_new_message_once_and_a_raise_is_ignored() -> No
         seen.extend(str(m.id) for m in messages)
         raise RuntimeError("a callback bug")  # never breaks the turn
 
-    memory = SummaryBuffer(300, summarizer=SummaryModel(), on_turn_added=added)
+    memory = SummaryBuffer(300, summarizer=SummaryModel(), policy=FoldPolicy(on_turn_added=added))
     history, state = [], None
     for message in long_turn(30):
         history.append(message)
@@ -95,7 +95,7 @@ async def test_on_turn_added_async_same_as_sync() -> None:
         memory = SummaryBuffer(
             300,
             summarizer=SummaryModel(),
-            on_turn_added=lambda m, i=i: got[i].extend(str(x.id) for x in m),
+            policy=FoldPolicy(on_turn_added=lambda m, i=i: got[i].extend(str(x.id) for x in m)),
         )
         result = getattr(memory, driver)(history[:5])
         if driver == "aapply":

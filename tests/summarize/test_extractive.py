@@ -24,7 +24,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langmem_ext.core.tokens import ApproximateCounter, CallableCounter, TokenCounter
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.counting.local import ApproximateCounter
+from langmem_ext.counting.resolve import CallableCounter
 from langmem_ext.strategies.presets import SummaryBuffer
 from langmem_ext.summarize.extractive import (
     NOTHING,

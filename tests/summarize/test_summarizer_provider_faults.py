@@ -39,14 +39,14 @@ from test_wire import (
 
 from langmem_ext import Summarizer, SummarizerError
 from langmem_ext.core.fences import FENCE_TAGS
-from langmem_ext.summarize.summarizer import (
-    DEFAULT_TIMEOUT,
-    _without_sdk_retries,
+from langmem_ext.summarize.calls import (
     is_context_overflow,
     is_transient,
     retry_after,
     retry_wait,
+    without_sdk_retries,
 )
+from langmem_ext.summarize.summarizer import DEFAULT_TIMEOUT
 
 __all__ = ["llm_server"]  # the fixture, re-exported so pytest finds it
 
@@ -462,7 +462,7 @@ def test_sdk_retries_are_switched_off_on_every_client_of_the_copy(
     llm_server: FakeLLMServer,
 ) -> None:
     openai = sdk_model("openai", llm_server)
-    copy: Any = _without_sdk_retries(openai)
+    copy: Any = without_sdk_retries(openai)
     assert copy is not openai and copy.max_retries == 0
     assert copy.root_client.max_retries == copy.root_async_client.max_retries == 0
     assert copy.client._client.max_retries == copy.async_client._client.max_retries == 0
@@ -471,14 +471,14 @@ def test_sdk_retries_are_switched_off_on_every_client_of_the_copy(
 
     anthropic: Any = sdk_model("anthropic", llm_server)
     assert anthropic._client.max_retries == 2  # built and cached before the copy
-    copy = _without_sdk_retries(anthropic)
+    copy = without_sdk_retries(anthropic)
     assert copy._client.max_retries == copy._async_client.max_retries == 0
     assert anthropic._client.max_retries == 2
     # a bound model is unwrapped, a model already at 0 or without the field is kept as it is
-    bound: Any = _without_sdk_retries(openai.bind(stop=["x"]))
+    bound: Any = without_sdk_retries(openai.bind(stop=["x"]))
     assert bound.bound.max_retries == 0 and bound.kwargs == {"stop": ["x"]}
     quiet = make_model("openai", llm_server)
-    assert _without_sdk_retries(quiet) is quiet
+    assert without_sdk_retries(quiet) is quiet
 
 
 # ==============================================================================================

@@ -13,7 +13,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langmem_ext import Summarizer, SummarizerError
-from langmem_ext.strategies import SummaryBuffer
+from langmem_ext.strategies import FoldPolicy, SummaryBuffer
 from langmem_ext.summarize.checks import (
     DEFAULT_CHECKS,
     SummaryContext,
@@ -427,7 +427,7 @@ async def test_strategy_with_a_garbage_summarizer_folds_nothing_and_reports_the_
 ) -> None:
     model = Scripted(GARBAGE)
     summarizer = quick(model, max_attempts=2, max_summary_tokens=200)
-    strategy = SummaryBuffer(800, summarizer=summarizer, clock=Clock())
+    strategy = SummaryBuffer(800, summarizer=summarizer, policy=FoldPolicy(clock=Clock()))
     messages = long_history()
     if mode == "sync":
         result = strategy.apply(messages)
@@ -442,7 +442,9 @@ async def test_strategy_with_a_garbage_summarizer_folds_nothing_and_reports_the_
 
 
 def test_strategy_with_the_extractive_summarizer_stays_healthy() -> None:
-    strategy = SummaryBuffer(800, summarizer=ExtractiveSummarizer(), clock=Clock())
+    strategy = SummaryBuffer(
+        800, summarizer=ExtractiveSummarizer(), policy=FoldPolicy(clock=Clock())
+    )
     result = strategy.apply(long_history())
     assert result.state.health == "healthy" and result.state.folded > 0
 

@@ -38,6 +38,7 @@ from llm_server import (
 
 from langmem_ext import (
     Compacting,
+    FoldPolicy,
     MemoryResult,
     MemoryState,
     Summarizer,
@@ -103,7 +104,9 @@ def make_buffer(summarizer: Summarizer, clock: Clock | None = None, **kwargs: An
     kwargs.setdefault("retry_in_call", True)
     kwargs.setdefault("retry_initial", 10.0)
     kwargs.setdefault("retry_max", 100.0)
-    return SummaryBuffer(800, summarizer=summarizer, clock=clock or Clock(), **kwargs)
+    return SummaryBuffer(
+        800, summarizer=summarizer, policy=FoldPolicy(clock=clock or Clock(), **kwargs)
+    )
 
 
 def message(i: int) -> BaseMessage:
@@ -224,10 +227,16 @@ async def test_other_summarizing_strategies_fold_over_the_wire(
     summarizer = make_summarizer(make_model("openai", llm_server))
     strategy: Strategy
     if kind == "compacting":
-        strategy = Compacting(1_500, summarizer=summarizer, min_messages=3, clock=Clock())
+        strategy = Compacting(
+            1_500, summarizer=summarizer, min_messages=3, policy=FoldPolicy(clock=Clock())
+        )
     else:
         strategy = TieredSummary(
-            1_500, summarizer=summarizer, max_summary_tokens=None, min_messages=3, clock=Clock()
+            1_500,
+            summarizer=summarizer,
+            max_summary_tokens=None,
+            min_messages=3,
+            policy=FoldPolicy(clock=Clock()),
         )
     messages = history(61)
     result = await run(strategy, mode, messages)

@@ -1,0 +1,127 @@
+"""Replays of one transcript side by side: the :class:`Comparison` that
+:func:`~langmem_ext.replay.compare` returns, as a table, CSV, JSON or plots."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import IO, Any
+
+from langmem_ext.replay.plots import plot_replays
+from langmem_ext.replay.results import CallRecord, Replay
+
+__all__ = ["COLUMNS", "Comparison"]
+
+#: the columns of :meth:`Comparison.table`: (key of ``Replay.totals()``, header, format)
+COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("strategy", "strategy", str),
+    ("calls", "calls", lambda v: f"{v:,}"),
+    ("mean_view_tokens", "mean view", lambda v: f"{v:,.0f}"),
+    ("max_view_tokens", "max view", lambda v: f"{v:,}"),
+    ("input_vs_full", "input ÷ full", lambda v: f"{v:.2f}x"),
+    ("prefix_kept", "prefix kept", lambda v: f"{v:.1%}"),
+    ("cached_share", "cached input", lambda v: f"{v:.1%}"),
+    ("summary_events", "summaries", lambda v: f"{v:,}"),
+    ("summarizer_input_tokens", "summarizer read", lambda v: f"{v:,}"),
+    ("cost", "cost", lambda v: f"${v:,.4f}"),
+    ("cost_cached", "cost, cached", lambda v: f"${v:,.4f}"),
+    ("invalid_views", "invalid", lambda v: f"{v:,}"),
+    ("over_budget", "over budget", lambda v: f"{v:,}"),
+)
+
+
+@dataclass
+class Comparison:
+    """Replays of one transcript side by side (see :func:`compare`)."""
+
+    replays: list[Replay]
+    model: str
+    source: str = ""
+    transcript_messages: int = 0
+
+    def rows(self) -> list[dict[str, Any]]:
+        """``Replay.totals()`` of each replay, in order."""
+        return [r.totals() for r in self.replays]
+
+    def table(self, *, markdown: bool = True) -> str:
+        """The totals as a markdown table (or aligned plain text), one row per strategy, with
+        a line under it per replay that stopped early."""
+        header = [h for _, h, _ in COLUMNS]
+        body = [[fmt(row[key]) for key, _, fmt in COLUMNS] for row in self.rows()]
+        if markdown:
+            lines = ["| " + " | ".join(header) + " |"]
+            lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+            lines += ["| " + " | ".join(r) + " |" for r in body]
+        else:
+            widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+            lines = [
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(header, widths, strict=True))
+                )
+            ]
+            lines += [
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                )
+                for r in body
+            ]
+        for r in self.replays:
+            if r.error:
+                lines.append(f"{r.name} stopped at {r.error}")
+        return "\n".join(lines)
+
+    def to_csv(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
+        """One row per strategy and model call (every :class:`CallRecord` field); written to
+        ``target`` (a path or an open text file) when given, and returned."""
+        buffer = io.StringIO()
+        names = ["strategy", *CallRecord.__slots__]
+        writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        for r in self.replays:
+            for c in r.calls:
+                writer.writerow({"strategy": r.name, **asdict(c)})
+        return _write(buffer.getvalue(), target)
+
+    def to_json(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
+        """Everything: the transcript, the model, and per strategy its totals and calls."""
+        data = {
+            "source": self.source,
+            "transcript_messages": self.transcript_messages,
+            "model": self.model,
+            "strategies": [
+                {
+                    "name": r.name,
+                    "description": r.description,
+                    "totals": r.totals(),
+                    "calls": [asdict(c) for c in r.calls],
+                }
+                for r in self.replays
+            ],
+        }
+        return _write(json.dumps(data, indent=1) + "\n", target)
+
+    def plot(self, path: str | os.PathLike[str] | None = None, *, title: str | None = None) -> Any:
+        """Four panels: view tokens per call (summary events marked), cumulative input tokens,
+        cumulative cost with and without prompt caching, and the share of each view served
+        from the prompt cache. Saved as PNG at ``path`` when given; returns the matplotlib
+        figure. Needs matplotlib (``pip install 'langmem-ext[experiment]'``)."""
+        if title is None and self.source:
+            title = f"{self.source}: {self.transcript_messages:,} messages"
+        return plot_replays(self.replays, path, model=self.model, title=title)
+
+
+def _write(text: str, target: str | os.PathLike[str] | IO[str] | None) -> str:
+    if target is None:
+        return text
+    if isinstance(target, (str, os.PathLike)):
+        with open(target, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    else:
+        target.write(text)
+    return text

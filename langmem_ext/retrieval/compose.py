@@ -1,0 +1,262 @@
+"""Composing the view: the knowledge sources' answers as passages, the fusion of every ranking
+into what may be retrieved, the blocks that fit the context budget (packed compactly), and the
+one context message placed just before the newest human message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
+
+from langchain_core.documents import Document
+from langchain_core.messages import HumanMessage
+
+from langmem_ext.core.fences import neutralize
+from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.state import MemoryState
+from langmem_ext.core.tokens import TokenCounter
+from langmem_ext.retrieval.bm25 import reciprocal_rank_fusion, tokenize
+from langmem_ext.retrieval.config import RetrievalConfig, context_budget
+from langmem_ext.retrieval.flows import SourceOutcome, TimedOut
+from langmem_ext.retrieval.index import Candidate
+from langmem_ext.retrieval.layout import RETRIEVED_ID
+from langmem_ext.retrieval.text import (
+    ASKS_ASSISTANT,
+    compact_turn,
+    last_human,
+    normalized,
+    user_words,
+)
+
+#: compact packing: a retrieved turn whose user message has at least this many words comes back
+#: as that message and the reply's sentences that share a word with the query (measured on CRI:
+#: bench/retrieval.py)
+_COMPACT_WORDS = 8
+
+
+#: compact packing: a retrieved turn whose user message (under this many words) answers a
+#: question the turn before ended with comes with that turn (measured on CRI and the planted
+#: data: 12 to 20 words give the same figures, 30 loses CRI facts)
+_ANSWER_WORDS = 16
+
+
+_OPEN, _CLOSE = "<retrieved_context>", "</retrieved_context>"
+_HEADER = (
+    "Retrieved for the latest message: earlier parts of this conversation that are no longer "
+    "shown, and reference material. They may be incomplete or out of date."
+)
+
+
+# -- knowledge sources ------------------------------------------------------------------------
+
+
+def source_name(config: RetrievalConfig, index: int) -> str:
+    source = config.sources[index]
+    return getattr(source, "name", None) or f"{type(source).__name__}[{index}]"
+
+
+def source_passages(
+    config: RetrievalConfig, outcomes: Sequence[SourceOutcome]
+) -> tuple[list[list[Candidate]], tuple[str, ...]]:
+    """Each answering source's passages (deduplicated by content), and a line per source
+    that failed or timed out ("name: error")."""
+    rankings: list[list[Candidate]] = []
+    errors: list[str] = []
+    for index, outcome in enumerate(outcomes):
+        name = source_name(config, index)
+        if isinstance(outcome, TimedOut):
+            errors.append(f"{name}: timed out after {config.source_timeout}s")
+        elif isinstance(outcome, BaseException):
+            errors.append(f"{name}: {type(outcome).__name__}: {outcome}")
+        else:
+            rankings.append(_passages_of(index, name, outcome))
+    return rankings, tuple(errors)
+
+
+# -- fusion and the context message -----------------------------------------------------------
+
+
+def fuse(
+    config: RetrievalConfig,
+    turns: list[tuple[float, list[Candidate]]],
+    passages: list[list[Candidate]],
+    shown: Collection[str],
+) -> list[Candidate]:
+    """Weighted reciprocal rank fusion of every ranking, over what the view does not show
+    (``shown``: the position-safe keys of the view's messages; ranks count only turns
+    outside it); dedupe by content (the best-ranked copy is kept); cap turns at ``k`` and
+    passages at ``source_k``."""
+    by_uid: dict[str, Candidate] = {}
+    rankings: list[list[str]] = []
+    weights: list[float] = []
+    for weight, ranking in [*turns, *((1.0, p) for p in passages)]:
+        kept = [c for c in ranking if c.kind == "passage" or not any(i in shown for i in c.ids)]
+        rankings.append([c.uid for c in kept])
+        weights.append(weight)
+        for c in kept:
+            by_uid.setdefault(c.uid, c)
+    floor = config.min_score
+    if floor is not None and turns and config.ranking != "bm25":
+        best = max((c.score for c in by_uid.values() if c.score is not None), default=None)
+        if best is None or best < floor:  # nothing remembered is close enough: none of it
+            by_uid = {u: c for u, c in by_uid.items() if c.kind == "passage"}
+            rankings = [[u for u in r if u in by_uid] for r in rankings]
+    picked: list[Candidate] = []
+    texts: set[str] = set()
+    counts = {"turn": 0, "fact": 0, "passage": 0}
+    caps = {
+        "turn": config.max_turns,
+        "fact": config.max_turns,
+        "passage": config.max_passages,
+    }
+    fused = reciprocal_rank_fusion(rankings, k=config.rrf_k, weights=weights)
+    for uid, _ in fused:
+        c = by_uid[uid]
+        norm = normalized(c.text)
+        if norm in texts or counts[c.kind] >= caps[c.kind]:
+            continue
+        texts.add(norm)
+        counts[c.kind] += 1
+        picked.append(c)
+    return picked
+
+
+def context_message(
+    counter: TokenCounter, blocks: Sequence[tuple[Candidate, str]]
+) -> tuple[HumanMessage, int]:
+    """The context message of ``blocks`` (turns first, oldest first) and its tokens."""
+    rank = {"turn": 0, "fact": 1, "passage": 2}
+    ordered = sorted(blocks, key=lambda b: (rank[b[0].kind], b[0].seq))
+    text = "\n".join([_OPEN, _HEADER, *(block for _, block in ordered), _CLOSE])
+    message = HumanMessage(text, id=RETRIEVED_ID)
+    return message, counter.count_message(message)
+
+
+def pick_blocks(
+    config: RetrievalConfig, counter: TokenCounter, picked: Sequence[Candidate], query: str = ""
+) -> tuple[list[Candidate], tuple[HumanMessage, int] | None]:
+    """What goes into the context message, and the message with its tokens (None when
+    nothing fits): 1. the results, best first, each whole or not at all, while they fit
+    ``max_retrieved_tokens`` (packed compactly for ``query``, see ``compact``; a question
+    about what the assistant said gets whole turns); 2. with what is left, each chosen
+    turn's neighbour, best first (a neighbour never displaces a result).
+
+    Blocks are costed one by one (O(results), not a recount of the message per result);
+    the message is then counted exactly, and while a tokenizer's joins make it cost more
+    than the budget, the last result chosen leaves again."""
+    budget = context_budget(config)
+    used = context_message(counter, [])[1]
+    if used > budget:
+        return [], None
+    compact = config.compact and not ASKS_ASSISTANT.search(query)
+    terms = frozenset(tokenize(query)) if compact else None
+    # a counter's cheap lower bound (``TiktokenCounter.tokens_at_least``) skips a block that
+    # cannot fit without counting it: most of the candidates come after the room is spent
+    at_least: Callable[[str], int] = getattr(counter, "tokens_at_least", _no_bound)
+    chosen: list[tuple[Candidate, str]] = []
+    for c in picked:
+        # a short follow-up ("it's my staff number"), or the answer to a question the turn
+        # before ended with ("what is it for?"), comes with that turn
+        follow = (
+            compact
+            and bool(c.prev)
+            and (
+                user_words(c.parts) < _COMPACT_WORDS
+                or (c.prev.rstrip().endswith("?") and user_words(c.parts) < _ANSWER_WORDS)
+            )
+        )
+        for with_prev in (True, False) if follow else (False,):
+            # the turn before never costs the result its place: without it, if need be
+            block = _block(c, with_prev=with_prev, terms=terms)
+            if used + at_least(block) > budget:
+                continue
+            cost = counter.count_text(block + "\n")
+            if used + cost <= budget:
+                chosen.append((c, block))
+                used += cost
+                break
+    if config.neighbors:
+        for i, (c, block) in enumerate(list(chosen)):
+            if not c.prev:
+                continue
+            wider = _block(c, with_prev=True, terms=terms)
+            more = counter.count_text(wider + "\n") - counter.count_text(block + "\n")
+            if used + more <= budget:
+                chosen[i] = (c, wider)
+                used += more
+    while chosen:
+        message, tokens = context_message(counter, chosen)
+        if tokens <= budget:
+            return [c for c, _ in chosen], (message, tokens)
+        chosen.pop()
+    return [], None
+
+
+def compose(
+    config: RetrievalConfig,
+    counter: TokenCounter,
+    inner: MemoryResult,
+    state: MemoryState,
+    picked: Sequence[Candidate],
+    errors: tuple[str, ...],
+    indexed: int,
+    query: str = "",
+) -> MemoryResult:
+    """The inner view with the context message placed just before the newest human
+    message (late, so the cached prompt prefix stays the same)."""
+    chosen, message = pick_blocks(config, counter, picked, query)
+    budget = inner.report.budget  # the inner's, with the context's share held back: add it
+    report = replace(
+        inner.report,
+        indexed=indexed,
+        source_errors=errors,
+        budget=None if budget is None else budget + context_budget(config),
+    )
+    view = list(inner.messages)
+    if message is None:
+        return MemoryResult(view, state, report)
+    context, cost = message
+    at = last_human(view)
+    view.insert(len(view) if at is None else at, context)
+    report = replace(
+        report,
+        tokens_after=report.tokens_after + cost,
+        messages_after=report.messages_after + 1,
+        retrieved=tuple(c.uid for c in chosen),
+        retrieved_tokens=cost,
+    )
+    return MemoryResult(view, state, report)
+
+
+def _no_bound(text: str) -> int:
+    return 0
+
+
+def _passages_of(index: int, name: str, documents: Sequence[Document]) -> list[Candidate]:
+    """Source ``index``'s documents as passages, without repeats of the same content."""
+    seen: set[str] = set()
+    out: list[Candidate] = []
+    for document in documents:
+        text = document.page_content
+        norm = normalized(text)
+        if not norm or norm in seen:
+            continue
+        seen.add(norm)
+        out.append(
+            Candidate(uid=f"source:{index}:{len(out)}", text=text, kind="passage", source=name)
+        )
+    return out
+
+
+def _block(c: Candidate, *, with_prev: bool, terms: frozenset[str] | None = None) -> str:
+    """One fenced block. Everything retrieved is neutralised (no tag of ours inside it can
+    open or close a fence), and a source's name cannot leave its attribute."""
+    if c.kind == "fact":
+        return f"<fact>\n{neutralize(c.text)}\n</fact>"
+    if c.kind == "passage":
+        name = neutralize(c.source).replace('"', "'")
+        return f'<passage source="{name}">\n{neutralize(c.text)}\n</passage>'
+    packed = None if terms is None else compact_turn(c.parts, _COMPACT_WORDS, terms)
+    body = neutralize(c.text if packed is None else packed)
+    if with_prev and c.prev:
+        body = f"(the turn before)\n{neutralize(c.prev)}\n(the turn)\n{body}"
+    return f"<turn n={c.seq}>\n{body}\n</turn>"

@@ -1,0 +1,284 @@
+"""How Retrieval's I/O runs: the requests its plan yields to the engine's drivers and the driver
+of the sans-I/O store flows inside them.
+
+* :class:`_StoreFlow` runs a generator of ``BaseStore`` operation batches (and :class:`Embed`
+  steps) with ``batch`` / ``abatch``, asking a busy store again (:func:`batch_retrying`);
+* :class:`_SourceSearch` asks every knowledge source at once, each under a timeout (threads under
+  ``run``, tasks under ``arun``);
+* :class:`_Together` runs two requests at once.
+
+The three request types keep their leading underscore: drivers and tests tell the requests of a
+plan apart by their type names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import random
+import sqlite3
+import time
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+from langgraph.store.base import BaseStore, Op
+
+from langmem_ext.retrieval.config import Source
+from langmem_ext.strategies.engine import IoRequest
+
+logger = logging.getLogger("langmem_ext")
+
+_T = TypeVar("_T")
+_Y = TypeVar("_Y")
+_S = TypeVar("_S")
+#: a sans-I/O flow of the index: yields batches of store operations (receiving their results)
+#: and embedding steps (receiving the vectors)
+Io = Generator[Any, Any, _T]
+
+
+def send(flow: Generator[_Y, _S, _T], value: _S | None) -> tuple[_Y | None, _T | None]:
+    """One step of ``flow``: its next request (None once it is done) and, once done, its result.
+    ``None`` starts a fresh flow."""
+    try:
+        return flow.send(value), None  # type: ignore[arg-type]
+    except StopIteration as done:
+        return None, done.value
+
+
+# -- a busy store ---------------------------------------------------------------------------------
+
+#: a store reporting itself busy (SQLite's "database is locked": another process writes the same
+#: file) is asked again after 10 ms, then twice as long each time up to 0.5 s (with jitter),
+#: for at most this many seconds in all; then its error is raised
+BUSY_RETRY_SECONDS = 30.0
+_BUSY_FIRST, _BUSY_MOST = 0.01, 0.5
+
+
+def _is_busy(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it: stores wrap the driver's errors) says the database
+    is busy or locked by another connection: worth asking again."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__name__ == "OperationalError":  # sqlite3's, and psycopg's for locks
+            text = str(current).lower()
+            if "locked" in text or "busy" in text:
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _end_transaction(store: BaseStore) -> None:
+    """After a busy error, the transaction ``SqliteStore`` left open (its ``COMMIT`` failed)
+    rolled back, so the next attempt (or another thread's) can begin one."""
+    conn = getattr(store, "conn", None)
+    if isinstance(conn, sqlite3.Connection) and conn.in_transaction:
+        lock = getattr(store, "lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.rollback()
+
+
+class _BusyRetry:
+    """What :func:`batch_retrying` and :func:`abatch_retrying` share: after a failed batch,
+    the wait before the next attempt, or the error raised again (not a busy store, or the
+    ``limit`` seconds spent)."""
+
+    def __init__(self, store: BaseStore, limit: float | None) -> None:
+        self.store = store
+        self.delays = iter(_busy_delays(BUSY_RETRY_SECONDS if limit is None else limit))
+
+    def wait_after(self, error: Exception) -> float:
+        if not _is_busy(error):
+            raise error
+        _end_transaction(self.store)
+        wait = next(self.delays, None)
+        if wait is None:
+            raise error
+        logger.debug("langmem_ext: store busy (%s); again in %.3f s", error, wait)
+        return wait
+
+
+def _busy_delays(limit: float) -> Iterable[float]:
+    """The waits between attempts: 10 ms doubling to 0.5 s, jittered, ``limit`` seconds in
+    all."""
+    spent, delay = 0.0, _BUSY_FIRST
+    while spent < limit:
+        wait = min(delay * (0.5 + random.random()), limit - spent)
+        yield wait
+        spent += wait
+        delay = min(2 * delay, _BUSY_MOST)
+
+
+def batch_retrying(store: BaseStore, ops: Sequence[Op], limit: float | None = None) -> list[Any]:
+    """``store.batch(ops)``, asked again with a bounded backoff while the store reports itself
+    busy (``BUSY_RETRY_SECONDS`` in all, then the error is raised). Safe for the batches
+    Retrieval and the surfaces make: reads, and puts that write the same values again."""
+    retry = _BusyRetry(store, limit)
+    while True:
+        try:
+            return store.batch(ops)
+        except Exception as error:
+            time.sleep(retry.wait_after(error))
+
+
+async def abatch_retrying(
+    store: BaseStore, ops: Sequence[Op], limit: float | None = None
+) -> list[Any]:
+    """Async :func:`batch_retrying` (the waits do not block the event loop)."""
+    retry = _BusyRetry(store, limit)
+    while True:
+        try:
+            return await store.abatch(ops)
+        except Exception as error:
+            await asyncio.sleep(retry.wait_after(error))
+
+
+def throw(flow: Generator[_Y, _S, _T], error: Exception) -> tuple[_Y | None, _T | None]:
+    """``error`` raised in ``flow`` at its ``yield``: its next request (it handled the error),
+    or, once done, its result; an error it does not handle propagates."""
+    try:
+        return flow.throw(error), None
+    except StopIteration as done:
+        return None, done.value
+
+
+# -- the requests Retrieval's plan makes ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Embed:
+    """A step of an index flow: embed ``texts`` (documents, or one ``query``)."""
+
+    texts: tuple[str, ...]
+    query: bool = False
+
+
+@dataclass(frozen=True)
+class _StoreFlow(IoRequest, Generic[_T]):
+    """Run ``flow`` (a sans-I/O generator of store operations, and of :class:`Embed` steps
+    answered by ``embeddings``) with ``batch`` / ``abatch``."""
+
+    store: BaseStore
+    flow: Io[_T]
+    writes: bool = False
+    embeddings: Embeddings | None = None
+
+    def run(self) -> _T:
+        step, result = send(self.flow, None)
+        while step is not None:
+            if isinstance(step, Embed):
+                answer: Any = (
+                    self._embedder().embed_query(step.texts[0])
+                    if step.query
+                    else (self._embedder().embed_documents(list(step.texts)))
+                )
+            else:
+                try:
+                    answer = batch_retrying(self.store, step)
+                except Exception as error:  # thrown into the flow (which may scan otherwise)
+                    step, result = throw(self.flow, error)
+                    continue
+            step, result = send(self.flow, answer)
+        return cast(_T, result)
+
+    async def arun(self) -> _T:
+        step, result = send(self.flow, None)
+        while step is not None:
+            if isinstance(step, Embed):
+                embedder = self._embedder()
+                answer: Any = (
+                    await embedder.aembed_query(step.texts[0])
+                    if step.query
+                    else await embedder.aembed_documents(list(step.texts))
+                )
+            else:
+                try:
+                    answer = await abatch_retrying(self.store, step)
+                except Exception as error:  # thrown into the flow (which may scan otherwise)
+                    step, result = throw(self.flow, error)
+                    continue
+            step, result = send(self.flow, answer)
+        return cast(_T, result)
+
+    def _embedder(self) -> Embeddings:
+        assert self.embeddings is not None, "an index flow asked to embed without embeddings"
+        return self.embeddings
+
+
+class TimedOut:
+    """A source's outcome when it did not answer within ``source_timeout``."""
+
+
+TIMED_OUT = TimedOut()
+#: what one knowledge source gave: its documents, the exception it raised, or TIMED_OUT
+SourceOutcome = list[Document] | BaseException | TimedOut
+
+
+def _search(source: Source, query: str, k: int) -> list[Document]:
+    if isinstance(source, VectorStore):
+        return source.similarity_search(query, k=k)
+    return source.invoke(query)
+
+
+async def _asearch(source: Source, query: str, k: int) -> list[Document]:
+    if isinstance(source, VectorStore):
+        return await source.asimilarity_search(query, k=k)
+    return await source.ainvoke(query)
+
+
+@dataclass(frozen=True)
+class _SourceSearch(IoRequest):
+    """Ask every knowledge source for ``query`` at once, each within ``timeout`` seconds; the
+    answer is each source's outcome, in order. A slow source never holds the turn."""
+
+    sources: Sequence[Source]
+    query: str
+    k: int
+    timeout: float
+
+    def run(self) -> list[SourceOutcome]:
+        if not self.sources:
+            return []
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=len(self.sources), thread_name_prefix="langmem_ext-source"
+        )
+        try:
+            futures = [pool.submit(_search, s, self.query, self.k) for s in self.sources]
+            done, _ = concurrent.futures.wait(futures, timeout=self.timeout)
+            return [(f.exception() or f.result()) if f in done else TIMED_OUT for f in futures]
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def arun(self) -> list[SourceOutcome]:
+        searches = (
+            asyncio.wait_for(_asearch(s, self.query, self.k), self.timeout) for s in self.sources
+        )
+        outcomes = await asyncio.gather(*searches, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # cancellation and the like are not a source's failure
+        return [TIMED_OUT if isinstance(o, asyncio.TimeoutError) else o for o in outcomes]
+
+
+@dataclass(frozen=True)
+class _Together(IoRequest):
+    """Two reads at once (concurrently under ``arun``); the answer is both answers."""
+
+    first: IoRequest
+    second: IoRequest
+
+    def run(self) -> tuple[Any, Any]:
+        return self.first.run(), self.second.run()
+
+    async def arun(self) -> tuple[Any, Any]:
+        first, second = await asyncio.gather(self.first.arun(), self.second.arun())
+        return first, second

@@ -1,0 +1,344 @@
+"""The in-process indexes of stored turns: per namespace prefix (a thread, or a user's threads),
+a BM25 index over the turns' text and a dense :class:`~langmem_ext.retrieval.vectors.VectorIndex`
+over their vectors (:class:`Lexical`), the cache of them a Retrieval keeps
+(:class:`IndexCache`), what the index flows share (:class:`IndexSetup`), the candidates a search
+finds, and the store faults it works around (:class:`Faults`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import numpy as np
+from langgraph.store.base import BaseStore, Item, PutOp
+
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.retrieval.bm25 import BM25Index
+from langmem_ext.retrieval.codec import Block, stored_bytes, stored_vectors
+from langmem_ext.retrieval.config import RetrievalConfig
+from langmem_ext.retrieval.layout import TURNS, Mark, seq_of, text_of
+from langmem_ext.retrieval.vectors import VectorIndex
+
+logger = logging.getLogger("langmem_ext")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One thing that may go into the context message."""
+
+    uid: str  # unique across the memory index and the sources
+    text: str
+    kind: Literal["turn", "fact", "passage"]
+    seq: int = 0
+    prev: str = ""
+    ids: Sequence[str] = ()
+    source: str = ""
+    #: the turn's messages, each rendered alone (compact packing chooses from them)
+    parts: Sequence[str] = ()
+    #: the dense similarity of the store's search (None: not from a dense ranking)
+    score: float | None = None
+
+
+def turn_candidate(
+    uid: str, value: dict[str, Any], prev: bool, score: float | None = None
+) -> Candidate:
+    """A stored turn (its value) as a candidate; ``prev`` keeps the turn before (packing and
+    neighbours use it)."""
+    return Candidate(
+        uid=uid,
+        text=text_of(value),
+        kind="turn",
+        seq=seq_of(value) or 0,
+        prev=str(value.get("prev", "")) if prev else "",
+        ids=_strings(value.get("ids")),
+        parts=_strings(value.get("parts")),
+        score=None if score is None else float(score),
+    )
+
+
+def _strings(value: object) -> Sequence[str]:
+    """A stored list of strings as a candidate holds it: the stored list itself (no copy: a
+    held turn is then one new object, see ``Lexical.turns``; nothing changes it), else
+    (a foreign or damaged value) its items as strings."""
+    if not isinstance(value, list | tuple):
+        return ()
+    if isinstance(value, list) and all(type(v) is str for v in value):
+        return value
+    return tuple(str(v) for v in value)
+
+
+def scored(turn: Candidate, score: float | None) -> Candidate:
+    """A held turn with this search's score (the held one is shared: never changed)."""
+    c = turn
+    return Candidate(c.uid, c.text, c.kind, c.seq, c.prev, c.ids, c.source, c.parts, score)
+
+
+class Faults:
+    """What a Retrieval found damaged or foreign in its store and worked around, by kind
+    (``Retrieval.store_faults``): counted, and logged once per kind (a warning), never raised.
+    A damaged value costs the work of re-deriving it (re-embedding, re-tokenizing), not a
+    turn."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def note(self, kind: str, count: int = 1) -> None:
+        if count <= 0:
+            return
+        with self._lock:
+            first = kind not in self._counts
+            self._counts[kind] = self._counts.get(kind, 0) + count
+        if first:
+            logger.warning(
+                "langmem_ext: Retrieval found %s in its store; skipped and re-derived from the "
+                "turns' text (counted in Retrieval.store_faults, logged once)",
+                kind,
+            )
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+#: the kinds of ``Faults``
+BAD_VECTORS = "damaged or foreign turn vectors (re-embedded)"
+BAD_NUMBER = "turns with an unreadable number"
+BAD_BLOCK = "damaged or foreign index blocks (their turns read one by one)"
+BAD_FILTER = "turn values the store could not filter on (scanned without the filter)"
+BAD_EMBEDDING = "embeddings with NaN, infinity or another dimension (left out of the dense index)"
+STALE_MARK = (
+    "thread marks behind the caller's state (restored or lagging: the turns after the index "
+    "blocks scanned for, and listed again by the next write)"
+)
+
+
+class Lexical:
+    """The in-process indexes of one namespace prefix: BM25 over the turns' text and (with a
+    local dense index) their vectors, the values they were built from (without the vectors),
+    and the marks they have caught up with (see :mod:`~langmem_ext.retrieval.layout`)."""
+
+    def __init__(
+        self,
+        dense: bool,
+        prev: bool = True,
+        *,
+        model: str | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.index = BM25Index()
+        self.vectors = VectorIndex() if dense else None
+        #: the embedding model of this index: stored vectors of another are re-embedded
+        self.model = model
+        #: the dimensions of this index's vectors before it holds any (the query's)
+        self.expect: int | None = None
+        self.faults = faults if faults is not None else Faults()
+        #: keep each turn's ``prev`` (the config packs or widens with the turn before)
+        self.prev = prev
+        #: uid -> the turn as a candidate (no score), built once from its stored value: the
+        #: same turns come back call after call. Turns loaded from index blocks have none until
+        #: a search finds them (then they are read from the store, see ``turns_io``). One small
+        #: object a turn, not a copy of its value and a candidate: every object kept is one more
+        #: for the garbage collector's next young pass, whose cost grows with the caller's own
+        #: young objects (a fresh list of 200,000 messages a call: milliseconds a pass)
+        self.turns: dict[str, Candidate] = {}
+        #: thread label -> the mark of that thread as last read (everything before it is in)
+        self.marks: dict[str, Mark] = {}
+        #: (scope="user") the user's mark as last read
+        self.user_token: str | None = None
+        #: uids whose rows in ``vectors`` are int8 codes from an index block, until a search
+        #: finds them and reads their turns (then their stored rows replace the codes)
+        self.approximate: set[str] = set()
+
+    @property
+    def dims(self) -> int | None:
+        """The dimensions every vector of this index must have (None: not known yet)."""
+        held = self.vectors.dims if self.vectors is not None else None
+        return held or self.expect
+
+    def _rows(self, value: dict[str, Any]) -> np.ndarray[Any, Any] | None:
+        """The stored vectors of a turn this index can hold; None (counted when the value had
+        some: damaged or another model's) when it must be embedded again."""
+        rows = stored_vectors(value.get("vectors"), dims=self.dims, model=self.model)
+        if rows is None and value.get("vectors") is not None:
+            self.faults.note(BAD_VECTORS)
+        return rows
+
+    def add(self, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> bool:
+        """Index one stored turn; False when the dense index needs its vectors and the value
+        carries none it can use (written before vectors were stored with it, damaged, or
+        another model's)."""
+        uid = "/".join((*namespace, key))
+        self.turns[uid] = turn_candidate(uid, value, self.prev)
+        self.index.add(uid, text_of(value))
+        if self.vectors is None:
+            return True
+        rows = self._rows(value)
+        if rows is None:
+            return False
+        self.vectors.add(uid, rows)
+        self.approximate.discard(uid)
+        return True
+
+    def add_many(self, items: Sequence[Item]) -> list[Item]:
+        """``add`` for a page of stored turns at once (bulk BM25 and vector inserts); the items
+        the dense index needs vectors for and that carry none."""
+        known = self.turns
+        fresh: list[tuple[str, Item, Candidate]] = []
+        for it in items:  # a turn this process wrote (the mark's fetch brings it back) is in
+            uid = "/".join((*it.namespace, it.key))
+            turn = turn_candidate(uid, it.value, self.prev)
+            old = known.get(uid)
+            if old is None or old.text != turn.text or tuple(old.parts) != tuple(turn.parts):
+                fresh.append((uid, it, turn))
+        items = [it for _, it, _ in fresh]
+        uids = [uid for uid, _, _ in fresh]
+        for uid, _, turn in fresh:
+            self.turns[uid] = turn
+        pairs = list(zip(uids, items, strict=True))
+        self.faults.note(BAD_NUMBER, sum(seq_of(it.value) is None for it in items))
+        self.index.add_many((uid, text_of(it.value)) for uid, it in pairs)
+        if self.vectors is None:
+            return []
+        rows = [(uid, self._rows(it.value)) for uid, it in pairs]
+        self.vectors.add_many((uid, r) for uid, r in rows if r is not None)
+        if self.approximate:
+            self.approximate.difference_update(uid for uid, r in rows if r is not None)
+        return [it for it, (_, r) in zip(items, rows, strict=True) if r is None]
+
+    def add_blocks(self, namespace: tuple[str, ...], blocks: Sequence[Block]) -> None:
+        """The turns of index blocks (of the thread at ``namespace``), in bulk: postings and
+        vectors as stored, no tokenizing, no decoding per turn. Their values are read when a
+        search finds them."""
+        head = "/".join(namespace) + "/"
+        uids = [head + k for block in blocks for k in block.keys]
+        at = 0
+        for block in blocks:  # one BM25 segment each: terms are gathered when first searched
+            self.index.add_postings(uids[at : at + len(block.keys)], block.postings)
+            at += len(block.keys)
+        if self.vectors is not None:
+            rows = [cast(np.ndarray, b.rows) for b in blocks]  # (room reserved by the caller)
+            counts = [cast(np.ndarray, b.counts) for b in blocks]
+            self.vectors.add_block(uids, rows, np.concatenate(counts))  # never joined
+            at = 0
+            for block in blocks:
+                if block.approximate:
+                    self.approximate.update(uids[at : at + len(block.keys)])
+                at += len(block.keys)
+
+    def forget(self, uid: str) -> None:
+        """A turn that is no longer in the store (expired or deleted)."""
+        self.turns.pop(uid, None)
+        self.approximate.discard(uid)
+        self.index.remove(uid)
+        if self.vectors is not None:
+            self.vectors.remove(uid)
+
+    def refine(self, stored: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """The stored rows of turns loaded as int8 codes (their values as read), written over
+        the codes in place (or in their place, when their number differs); decoded together."""
+        if self.vectors is None:
+            return
+        uids: list[str] = []
+        raws: list[bytes] = []
+        dims = self.vectors.dims
+        if not dims:
+            return
+        for uid, value in stored:
+            found = stored_bytes(value, dims=dims, model=self.model)
+            if found is not None:  # (else the codes stay)
+                uids.append(uid)
+                raws.append(found[1])
+        if not uids:
+            return
+        rows = np.frombuffer(b"".join(raws), dtype="<f2").reshape(-1, dims)
+        counts = np.fromiter((len(r) // (2 * dims) for r in raws), np.int64, len(raws))
+        left = self.vectors.refine(uids, rows, counts)
+        if left:  # another number of rows than the codes: replaced
+            by_uid = dict(stored)
+            for uid in left:
+                again = stored_vectors(by_uid[uid], dims=dims, model=self.model)
+                self.vectors.add(uid, cast(np.ndarray, again))
+
+    def add_vectors(self, uid: str, vectors: Sequence[Sequence[float]]) -> None:
+        """Vectors just embedded for a turn; left out (counted: BM25 still finds the turn) when
+        the model gave NaN, infinity or another number of dimensions than the index holds."""
+        if self.vectors is None:
+            return
+        try:
+            rows = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError):  # ragged, or not numbers
+            rows = np.zeros(0, dtype=np.float32)
+        dims = self.dims
+        if rows.ndim != 2 or not np.isfinite(rows).all() or (dims and rows.shape[1] != dims):
+            self.faults.note(BAD_EMBEDDING)
+            return
+        self.vectors.add(uid, rows)
+
+
+#: namespace prefixes whose indexes a Retrieval keeps (the least recently searched goes)
+_CACHED = 256
+
+
+class IndexCache:
+    """A Retrieval's in-process indexes by namespace prefix (bounded, least recently searched
+    first out), and the last queries' vectors: an agent loop asks its one request again on every
+    tool round, and a hosted embedding model would be paid (and waited for) each time. One lock
+    guards both, and the indexes' turns while a search reads them in."""
+
+    def __init__(self) -> None:
+        self.lexicals: OrderedDict[tuple[str, ...], Lexical] = OrderedDict()
+        self.query_vectors: OrderedDict[str, list[float]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, prefix: tuple[str, ...]) -> Lexical | None:
+        with self.lock:
+            lexical = self.lexicals.get(prefix)
+            if lexical is not None:
+                self.lexicals.move_to_end(prefix)
+            return lexical
+
+    def install(self, prefix: tuple[str, ...], lexical: Lexical) -> None:
+        with self.lock:
+            self.lexicals[prefix] = lexical
+            self.lexicals.move_to_end(prefix)
+            while len(self.lexicals) > _CACHED:
+                self.lexicals.popitem(last=False)
+
+    def remember(self, ops: Iterable[PutOp]) -> None:
+        """Add this process's own writes to its BM25 indexes at once (the marks they left still
+        make the next query check for other writers' turns)."""
+        with self.lock:
+            for op in ops:
+                for prefix, lexical in self.lexicals.items():
+                    if op.namespace[: len(prefix)] == prefix and op.value is not None:
+                        lexical.add(op.namespace, op.key, dict(op.value))
+
+
+@dataclass(frozen=True)
+class IndexSetup:
+    """What the index flows (writes, catch-up, search) of one Retrieval share: its checked
+    ``config``, its ``store``, whether the dense ranking runs in process (``local``: vectors
+    embedded here and kept with the turns) and with which embedding ``model``, whether reads
+    refresh the store's TTL, the faults it counts, and its cache of indexes."""
+
+    config: RetrievalConfig
+    store: BaseStore
+    local: bool
+    model: str | None
+    refresh_ttl: bool
+    faults: Faults
+    cache: IndexCache = field(default_factory=IndexCache)
+
+    @property
+    def keeps_prev(self) -> bool:
+        """Whether a turn's candidate keeps the turn before (packing and neighbours use it)."""
+        return bool(self.config.neighbors) or self.config.compact
+
+    def prefix(self, key: MemoryKey) -> tuple[str, ...]:
+        """The namespace prefix a search of ``key`` covers (its thread, or its user's)."""
+        return key.namespace(TURNS, scope="session" if self.config.scope == "thread" else "user")

@@ -1,0 +1,248 @@
+"""Searching the memory: a query's rankings over the stored turns and facts (dense and BM25, in
+process or in the store), each with its fusion weight, and the turns they found, read from the
+store when only their index block was loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+import numpy as np
+from langgraph.store.base import GetOp, Item, Op, SearchOp
+
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.retrieval.bm25 import BM25Index
+from langmem_ext.retrieval.catchup import lexical_io
+from langmem_ext.retrieval.codec import stored_vectors
+from langmem_ext.retrieval.config import has_index
+from langmem_ext.retrieval.flows import Embed, Io
+from langmem_ext.retrieval.index import Candidate, IndexSetup, Lexical, scored, turn_candidate
+from langmem_ext.retrieval.layout import FACTS, MARKS, PAGE, USER_MARK
+from langmem_ext.retrieval.vectors import VectorIndex
+
+#: query vectors a Retrieval remembers (``query_vector_io``)
+_QUERY_VECTORS = 32
+
+
+#: searches of one query at most: again while a result turns out gone from the store
+SEARCH_ROUNDS = 4
+
+
+def turns_io(
+    setup: IndexSetup, query: str, key: MemoryKey, known: int = 0
+) -> Io[list[tuple[float, list[Candidate]]]]:
+    """The memory index's rankings, each with its fusion weight. The dense search and the
+    mark read go in one batch; a stale BM25 index then catches up. ``known``: the turns
+    the caller's state says were indexed (a thread mark announcing fewer is stale)."""
+    c = setup.config
+    prefix = setup.prefix(key)
+    marks = key.namespace(MARKS, scope="user")
+    thread = key.labels()[2]
+    dense = c.ranking != "bm25"
+    local = dense and setup.local  # the dense ranking runs in process
+    query_vector = (yield from query_vector_io(setup, query)) if local else None
+    facts_prefix = key.namespace(FACTS, scope="session" if c.scope == "thread" else "user")
+    # the facts are ranked by the store's dense search, or here (``ranked_facts_io``)
+    facts_dense = dense and not local and has_index(setup.store)
+    first: list[Op] = [
+        SearchOp(
+            facts_prefix,
+            None,
+            c.per_ranking if facts_dense else PAGE,
+            0,
+            query if facts_dense else None,
+            setup.refresh_ttl,
+        )
+    ]
+    if dense and not local:
+        first.append(SearchOp(prefix, None, c.per_ranking, 0, query, setup.refresh_ttl))
+    in_process = local or c.ranking != "dense"  # an index here, caught up by the marks
+    if in_process:
+        mark_key = thread if c.scope == "thread" else USER_MARK
+        first.append(GetOp(marks, mark_key, setup.refresh_ttl))
+    results = yield first
+    rankings: list[tuple[float, list[Candidate]]] = []
+    found = results[0]
+    facts = yield from ranked_facts_io(setup, found, query, query_vector, facts_dense)
+    if facts:
+        rankings.append((c.dense_weight if facts_dense or local else 1.0, facts))
+    results = results[1:]
+    if dense and not local:
+        searched = results[0]
+        assert isinstance(searched, list)
+        items = [it for it in searched if isinstance(it, Item)]
+        turns = [
+            turn_candidate(
+                "/".join((*it.namespace, it.key)),
+                it.value,
+                setup.keeps_prev,
+                getattr(it, "score", None),
+            )
+            for it in items
+        ]
+        rankings.append((c.dense_weight, turns))
+    if in_process:
+        mark = results[-1]
+        assert mark is None or isinstance(mark, Item)
+        dims = None if query_vector is None else len(query_vector)
+        lexical = yield from lexical_io(setup, prefix, marks, thread, mark, dims, known)
+        rankings += yield from in_process_io(setup, lexical, query, query_vector)
+    return rankings
+
+
+def ranked_facts_io(
+    setup: IndexSetup,
+    found: object,
+    query: str,
+    query_vector: list[float] | None,
+    facts_dense: bool,
+) -> Io[list[Candidate]]:
+    """The facts ``found`` (one page of them: few, lines of summaries) ranked: by the store
+    (``facts_dense``: as found), or here, by their stored vectors (a local dense index: the
+    query is embedded once) or by BM25."""
+    c = setup.config
+    assert isinstance(found, list)
+    facts = [fact_candidate(it) for it in found if isinstance(it, Item)]
+    if query_vector is not None and facts:
+        facts = yield from facts_by_vector(
+            setup, [it for it in found if isinstance(it, Item)], query_vector, c.per_ranking
+        )
+    elif not facts_dense and facts:
+        index = BM25Index()
+        for fact in facts:
+            index.add(fact.uid, fact.text)
+        order = {uid: n for n, (uid, _) in enumerate(index.search(query, c.per_ranking))}
+        facts = sorted((f for f in facts if f.uid in order), key=lambda f: order[f.uid])
+    return facts
+
+
+def in_process_io(
+    setup: IndexSetup, lexical: Lexical, query: str, query_vector: list[float] | None
+) -> Io[list[tuple[float, list[Candidate]]]]:
+    """The in-process rankings of ``query`` over ``lexical`` (caught up), searched again while
+    a result turns out gone from the store."""
+    for _ in range(SEARCH_ROUNDS):
+        ranked_uids, held = yield from ranked_io(setup, lexical, query, query_vector)
+        if all(u in held for _, ranked, _ in ranked_uids for u, _ in ranked):
+            break
+        # a result was gone from the store (deleted, expired: it left the indexes); a
+        # search without it, whose statistics do not count it, ranks the rest
+    return [
+        (
+            weight,
+            [
+                scored(held[u], s) if dense_scores else held[u]  # (BM25: as held)
+                for u, s in ranked
+                if u in held
+            ],
+        )
+        for weight, ranked, dense_scores in ranked_uids
+    ]
+
+
+def query_vector_io(setup: IndexSetup, query: str) -> Io[list[float]]:
+    """The query's embedding: remembered for the last ``_QUERY_VECTORS`` queries (the same
+    text, the same model: the same vector)."""
+    with setup.cache.lock:
+        vector = setup.cache.query_vectors.get(query)
+        if vector is not None:
+            setup.cache.query_vectors.move_to_end(query)
+            return vector
+    vector = cast("list[float]", (yield Embed((query,), query=True)))
+    with setup.cache.lock:
+        setup.cache.query_vectors[query] = vector
+        while len(setup.cache.query_vectors) > _QUERY_VECTORS:
+            setup.cache.query_vectors.popitem(last=False)
+    return vector
+
+
+def ranked_io(
+    setup: IndexSetup, lexical: Lexical, query: str, query_vector: list[float] | None
+) -> Io[tuple[list[tuple[float, Sequence[tuple[str, float]], bool]], dict[str, Candidate]]]:
+    """The in-process rankings of ``query`` (dense and BM25, each with its fusion weight and
+    whether its scores are dense similarities) and the turns they found (``held_io``)."""
+    c = setup.config
+    #: (fusion weight, (uid, score) best first, whether the scores are dense similarities)
+    ranked_uids: list[tuple[float, Sequence[tuple[str, float]], bool]] = []
+    near: list[tuple[str, float]] = []
+    if query_vector is not None:
+        assert lexical.vectors is not None
+        near = lexical.vectors.search(query_vector, c.per_ranking)
+        ranked_uids.append((c.dense_weight, near, True))
+    rough = any(uid in lexical.approximate for uid, _ in near)
+    if c.ranking != "dense":
+        hits = lexical.index.search(query, c.per_ranking)
+        ranked_uids.append((1.0, hits, False))
+    # the postings of index blocks are merged in the background once this first search
+    # from them is done (searches answer the same meanwhile)
+    lexical.index.consolidate()
+    uids = {u for _, ranked, _ in ranked_uids for u, _ in ranked}
+    held = yield from held_io(setup, lexical, uids)
+    if rough:
+        # results found by a block's int8 codes: their stored rows came with their values
+        # (``held_io``), and rank them again
+        assert lexical.vectors is not None and query_vector is not None
+        exact = lexical.vectors.score(query_vector, [uid for uid, _ in near])
+        again = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
+        ranked_uids[0] = (c.dense_weight, again, True)
+    return ranked_uids, held
+
+
+def held_io(setup: IndexSetup, lexical: Lexical, uids: Collection[str]) -> Io[dict[str, Candidate]]:
+    """The turns of ``uids``: held since they were indexed, or (turns loaded from an index
+    block) read now, in one batch, and kept; their stored rows replace the block's int8
+    codes in the dense index. A turn no longer in the store (expired, deleted) leaves the
+    indexes and the results."""
+    turns = lexical.turns
+    missing = [uid for uid in uids if uid not in turns]
+    if missing:
+        # a turn's namespace has 5 parts ("langmem_ext", "turns", tenant, user, thread);
+        # labels are percent-encoded, so "/" only separates (a key may hold one)
+        where = [uid.split("/", 5) for uid in missing]
+        got = yield [GetOp(tuple(w[:5]), w[5], setup.refresh_ttl) for w in where]
+        with setup.cache.lock:
+            exact: list[tuple[str, dict[str, Any]]] = []
+            for uid, item in zip(missing, got, strict=True):
+                if not isinstance(item, Item):
+                    lexical.forget(uid)
+                    continue
+                turns[uid] = turn_candidate(uid, item.value, lexical.prev)
+                if uid in lexical.approximate:  # the block's codes give way to the rows
+                    lexical.approximate.discard(uid)
+                    exact.append((uid, item.value))
+            if exact:
+                lexical.refine(exact)
+    return {uid: turns[uid] for uid in uids if uid in turns}
+
+
+def facts_by_vector(
+    setup: IndexSetup, items: Sequence[Item], query: Sequence[float], k: int
+) -> Io[list[Candidate]]:
+    """The facts ranked by the cosine of their stored vectors with ``query`` (a fact stored
+    without vectors, by an older writer, is embedded here), best ``k`` first."""
+    rows = {it.key: stored_vectors(it.value, dims=len(query), model=setup.model) for it in items}
+    missing = tuple(dict.fromkeys(str(it.value.get("text", "")) for it in items
+                                  if rows[it.key] is None))  # fmt: skip
+    if missing:
+        fresh = dict(zip(missing, (yield Embed(missing)), strict=True))
+        for it in items:
+            if rows[it.key] is None:
+                rows[it.key] = np.asarray([fresh[str(it.value.get("text", ""))]], np.float32)
+    index = VectorIndex()
+    for it in items:
+        index.add("/".join((*it.namespace, it.key)), cast(Any, rows[it.key]))
+    by_uid = {"/".join((*it.namespace, it.key)): it for it in items}
+    return [
+        replace(fact_candidate(by_uid[uid]), score=score) for uid, score in index.search(query, k)
+    ]
+
+
+def fact_candidate(item: Item) -> Candidate:
+    return Candidate(
+        uid="/".join((*item.namespace, item.key)),
+        text=str(item.value.get("text", "")),
+        kind="fact",
+        ids=(item.key,),
+        score=getattr(item, "score", None),
+    )

@@ -1,0 +1,206 @@
+"""Turns as text: the query gate (``gate="auto"``: does a question need the past?), a turn
+rendered as plain text and its messages one by one, the facts of a summary, compact packing of a
+retrieved turn, and the comparisons of texts and messages Retrieval makes."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from langmem_ext.core.identity import fingerprint
+from langmem_ext.core.state import MemoryState
+from langmem_ext.retrieval.bm25 import STOP_WORDS, tokenize
+from langmem_ext.retrieval.layout import FACT_SECTIONS
+
+_SPACE = re.compile(r"\s+")
+#: ``gate="auto"``: what makes a question one about the past (English): the speaker or the
+#: conversation referred to (first person, "did you say", memory words)
+_PERSONAL = re.compile(
+    r"\b(?:i|me|my|mine|myself|we|us|our|ours|ourselves|i['’](?:m|ve|d|ll)"
+    r"|remember|remind|recall|mention(?:ed)?|told|earlier|previously|again|last time"
+    r"|(?:did|have|had) you|you (?:said|suggested|recommended|mentioned|told|gave|wrote))\b",
+    re.IGNORECASE,
+)
+#: a capitalised word that does not start a sentence: a name, to be looked up in the memory
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'’-]*")
+#: a dense similarity this high is a match whatever the wording (bench/retrieval.py: small talk
+#: after the CRI thread scores at most 0.58, planted facts' questions up to 0.86)
+STRONG_MATCH = 0.6
+
+
+def asks_about_the_past(query: str, known: Callable[[str], bool] | None = None) -> bool:
+    """``gate="auto"``'s reading of a question (English): whether it may need the conversation's
+    past. True when it refers to the speaker or the conversation (I, my, we, "did you say",
+    "remember", "earlier", ...), or names something the memory holds (a capitalised word for
+    which ``known(token)`` is true; every name counts without ``known``). A query with no
+    English function word at all is not read (True: searched as always).
+
+    >>> asks_about_the_past("what is the capital of Australia?", known=lambda w: False)
+    False
+    >>> asks_about_the_past("Where did I park the car?")
+    True
+    >>> asks_about_the_past("Who is Elena?", known=lambda w: w == "elena")
+    True
+    """
+    words = re.findall(r"\w+", query.lower())
+    if not any(w in STOP_WORDS for w in words):
+        return True  # not English (or no sentence): no reading, no gate
+    if _PERSONAL.search(query):
+        return True
+    names = [n.lower() for n in _NAME.findall(query.strip())]
+    return any(known is None or any(known(t) for t in tokenize(n)) for n in names)
+
+
+def message_text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = [
+        str(block.get("text", "")) if isinstance(block, dict) else str(block) for block in content
+    ]
+    return " ".join(p for p in parts if p)
+
+
+def render_turn(messages: Sequence[BaseMessage]) -> str:
+    """A turn as plain text: ``user: ...``, ``assistant: ...``, tool calls and results."""
+    lines: list[str] = []
+    for m in messages:
+        body = message_text(m).strip()
+        if isinstance(m, HumanMessage):
+            lines.append(f"user: {body}")
+        elif isinstance(m, AIMessage):
+            if body:
+                lines.append(f"assistant: {body}")
+            for call in m.tool_calls:
+                lines.append(f"assistant called {call['name']}({call['args']})")
+        elif isinstance(m, ToolMessage):
+            lines.append(f"tool {m.name or ''} result: {body}".replace("  ", " "))
+        elif body:
+            lines.append(f"{m.type}: {body}")
+    return "\n".join(lines)
+
+
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,3}[.)])\s+")
+
+
+def fact_lines(text: str) -> list[str]:
+    """The lines of a summary section worth remembering one by one: bullets stripped, at least
+    three words, distinct."""
+    lines = (_BULLET.sub("", line).strip() for line in text.splitlines())
+    return list(dict.fromkeys(line for line in lines if len(line.split()) >= 3))
+
+
+def fact_key(line: str) -> str:
+    """The store key of a fact: a digest of its normalised text (writing it again is the same
+    item)."""
+    return hashlib.blake2b(normalized(line).encode(), digest_size=12).hexdigest()
+
+
+def summary_facts(state: MemoryState) -> dict[str, tuple[str, str]]:
+    """The facts of a state's summary: key -> (section, line)."""
+    return {
+        fact_key(line): (name, line)
+        for name, text in state.summary
+        if name in FACT_SECTIONS
+        for line in fact_lines(text)
+    }
+
+
+def last_human(messages: Sequence[BaseMessage]) -> int | None:
+    """The position of the newest HumanMessage, or None."""
+    return next(
+        (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
+        None,
+    )
+
+
+def turn_groups(messages: Sequence[BaseMessage], start: int, stop: int) -> list[list[int]]:
+    """The positions ``start..stop-1`` grouped into turns (each from a HumanMessage; a first
+    group may start inside a turn)."""
+    groups: list[list[int]] = []
+    for i in range(start, stop):
+        if isinstance(messages[i], HumanMessage) or not groups:
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+    return groups
+
+
+def message_parts(messages: Sequence[BaseMessage]) -> list[str]:
+    """Each message of a turn rendered alone (distinct, non-empty): what the dense index embeds,
+    one vector per message (a search scores a turn by its best message), and what compact
+    packing chooses from."""
+    return list(dict.fromkeys(p for p in (render_turn([m]) for m in messages) if p.strip()))
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+#: a question about what the assistant said ("what did you suggest?"): replies come back whole
+ASKS_ASSISTANT = re.compile(r"\b(?:you|your|yours|you['’](?:d|ve|ll|re))\b", re.IGNORECASE)
+
+
+def user_words(parts: Sequence[str]) -> int:
+    """How many words a turn's user message(s) have."""
+    return sum(word_count(p) - 1 for p in parts if p.startswith("user: "))
+
+
+@functools.lru_cache(maxsize=4_096)
+def word_count(part: str) -> int:
+    return len(part.split())
+
+
+def compact_turn(parts: Sequence[str], min_words: int, terms: frozenset[str]) -> str | None:
+    """A retrieved turn as packed: its user message(s) whole, and of each other message only
+    the sentences that share a word with the query (``terms``), when the user messages say
+    enough (at least ``min_words`` words) and the turn has no tool round (a call and its
+    results come back together or not at all); None: the whole turn."""
+    if not parts or any(p.startswith(("assistant called", "tool ")) for p in parts):
+        return None
+    users = [p for p in parts if p.startswith("user: ")]
+    if user_words(parts) < min_words:
+        return None
+    kept: list[str] = []
+    for p in parts:
+        if p in users:
+            kept.append(p)
+            continue
+        role, sentences = split_sentences(p)
+        hits = [s for s, words in sentences if not terms.isdisjoint(words)]
+        if len(hits) == len(sentences):
+            kept.append(p)
+        elif hits:
+            kept.append(f"{role}: … " + " … ".join(hits))
+    return None if kept == list(parts) else "\n".join(kept)
+
+
+@functools.lru_cache(maxsize=4_096)
+def split_sentences(part: str) -> tuple[str, tuple[tuple[str, frozenset[str]], ...]]:
+    """A message part's role and its sentences, each with its words (``tokenize``): what
+    ``compact_turn`` matches against a query's terms. Cached: the turns a thread retrieves come
+    back turn after turn, each query with other terms."""
+    role, _, body = part.partition(": ")
+    return role, tuple((s, frozenset(tokenize(s))) for s in _SENTENCE.split(body))
+
+
+@functools.lru_cache(maxsize=8_192)
+def normalized(text: str) -> str:
+    """``text`` for comparing contents (the same turns come back call after call: cached)."""
+    return _SPACE.sub(" ", text).strip().lower()
+
+
+def same_message(original: BaseMessage, shown: BaseMessage) -> bool:
+    """Whether ``shown`` (a view message) is ``original`` as the inner strategy showed it:
+    the same object, the same id, or an id-less message of the same type with the same content
+    or clipped to fit (the clip records ``clipped_from_tokens``)."""
+    if original is shown:
+        return True
+    if original.id or shown.id:
+        return bool(original.id) and original.id == shown.id
+    if type(original) is not type(shown):
+        return False
+    meta = shown.response_metadata.get("langmem_ext")
+    clipped = isinstance(meta, dict) and "clipped_from_tokens" in meta
+    return clipped or fingerprint(original) == fingerprint(shown)

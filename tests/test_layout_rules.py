@@ -1,0 +1,294 @@
+"""The package's layout rules hold: declared layers, no private imports across packages, no
+import cycles, and files and functions of a readable size.
+
+The checkers and the exact rules are in ``tests/layout_checks.py`` (they read source, never
+import it). Each rule is proved twice: once on langmem_ext itself (no finding), and once on a
+tiny package written under ``tmp_path`` with one deliberate violation, where the checker must
+report exactly that violation, by file and line.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from layout_checks import (
+    DECLARE_AT,
+    LAYERS,
+    MAX_FILE_LINES,
+    MAX_FUNCTION_LINES,
+    Finding,
+    cycle_findings,
+    layer_findings,
+    private_findings,
+    size_findings,
+)
+
+import langmem_ext
+
+PACKAGE = Path(langmem_ext.__file__).parent
+
+
+def _report(findings: list[Finding]) -> str:
+    return "\n".join(map(str, findings))
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A package ``pkg`` under ``tmp_path`` holding ``files`` (path -> source); every
+    directory gets an ``__init__.py``."""
+    root = tmp_path / "pkg"
+    for name, source in {"__init__.py": "", **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in [path.parent, *path.parent.parents]:
+            if parent == tmp_path:
+                break
+            (parent / "__init__.py").touch()
+        path.write_text(textwrap.dedent(source).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+def _where(findings: list[Finding]) -> list[tuple[str, int]]:
+    return [(f.path, f.line) for f in findings]
+
+
+# --------------------------------------------------------------------------------------------
+# the rules on langmem_ext
+
+
+def test_every_subpackage_is_a_declared_layer_and_imports_only_what_its_row_allows() -> None:
+    assert not layer_findings(PACKAGE), _report(layer_findings(PACKAGE))
+
+
+def test_replay_may_import_every_layer_below_it() -> None:
+    assert LAYERS["replay"] >= {*LAYERS} - {"replay"}
+
+
+def test_no_module_imports_a_private_module_or_name_of_another_package() -> None:
+    assert not private_findings(PACKAGE), _report(private_findings(PACKAGE))
+
+
+def test_no_import_cycles_between_modules() -> None:
+    assert not cycle_findings(PACKAGE), _report(cycle_findings(PACKAGE))
+
+
+def test_no_file_and_no_function_over_the_size_limits() -> None:
+    assert not size_findings(PACKAGE), _report(size_findings(PACKAGE))
+
+
+# --------------------------------------------------------------------------------------------
+# rule 1: every package is a declared layer, imports point down
+
+
+LAYERS_OF_PKG = {"core": frozenset({"core", "errors"}), "top": frozenset({"core", "top"})}
+ENTRY = frozenset({"__init__", "errors", "testing"})
+
+
+def test_an_undeclared_subpackage_is_reported_with_where_to_declare_it(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {"core/a.py": "X = 1\n", "top/b.py": "", "extra/__init__.py": "", "extra/c.py": ""},
+    )
+    found = layer_findings(root, LAYERS_OF_PKG, ENTRY)
+    assert _where(found) == [("pkg/extra/__init__.py", 1)]
+    assert "'extra'" in found[0].message and DECLARE_AT in found[0].message
+
+
+def test_a_top_level_module_that_is_not_an_entry_point_is_reported(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"core/a.py": "", "helpers.py": "", "errors.py": ""})
+    assert _where(layer_findings(root, LAYERS_OF_PKG, ENTRY)) == [("pkg/helpers.py", 1)]
+
+
+def test_an_upward_import_is_reported_at_its_line(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "core/a.py": """
+                from pkg.errors import Oops
+                from pkg.core import b
+
+                from pkg.top.c import C
+            """,
+            "core/b.py": "",
+            "top/c.py": "from pkg.core.a import Oops\nC = 1\n",
+            "errors.py": "class Oops(Exception): ...\n",
+        },
+    )
+    found = layer_findings(root, LAYERS_OF_PKG, ENTRY)
+    assert _where(found) == [("pkg/core/a.py", 4)]
+    assert "pkg.top.c" in found[0].message
+
+
+def test_a_layer_importing_an_entry_point_or_the_public_api_is_reported(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "core/a.py": "def f():\n    from pkg.testing import fake\n",
+            "top/b.py": "from pkg import Thing\n",
+            "testing.py": "",
+        },
+    )
+    found = layer_findings(root, LAYERS_OF_PKG, ENTRY)
+    assert _where(found) == [("pkg/core/a.py", 2), ("pkg/top/b.py", 1)]
+
+
+# --------------------------------------------------------------------------------------------
+# rule 2: no private module or name of another package
+
+
+def test_a_private_module_of_another_package_is_reported(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "integrations/_store.py": "class Flow: ...\n",
+            "integrations/history.py": "from pkg.integrations._store import Flow\n",
+            "replay/run.py": "import json\n\nfrom pkg.integrations._store import Flow\n",
+        },
+    )
+    found = private_findings(root)
+    assert _where(found) == [("pkg/replay/run.py", 3)]
+    assert "pkg.integrations._store" in found[0].message
+
+
+def test_a_private_name_from_another_package_is_reported(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "core/tokens.py": "class _CountCache: ...\nclass Counter: ...\n",
+            "core/plan.py": "class _Walk: ...\n",
+            "core/fold.py": "from pkg.core.plan import _Walk\n",
+            "counting/providers.py": """
+                from pkg.core.tokens import (
+                    Counter,
+                    _CountCache,
+                )
+                from pkg.core.tokens import __doc__
+            """,
+        },
+    )
+    found = private_findings(root)
+    assert _where(found) == [("pkg/counting/providers.py", 1)]
+    assert "_CountCache" in found[0].message
+
+
+def test_a_relative_import_of_a_private_module_is_resolved(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "core/_shared.py": "",
+            "core/a.py": "from . import _shared\n",
+            "top/b.py": "from ..core import _shared\n",
+        },
+    )
+    assert _where(private_findings(root)) == [("pkg/top/b.py", 1)]
+
+
+# --------------------------------------------------------------------------------------------
+# rule 3: no import cycles
+
+
+def test_a_cycle_through_a_function_level_import_is_reported(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "replay/engine.py": "import os\nfrom pkg.replay.plots import plot\n",
+            "replay/plots.py": "def plot():\n    from pkg.replay.engine import run\n",
+        },
+    )
+    found = cycle_findings(root)
+    assert _where(found) == [("pkg/replay/engine.py", 2)]
+    assert "pkg.replay.engine (line 2) -> pkg.replay.plots (line 2)" in found[0].message
+
+
+def test_a_longer_cycle_is_reported_once(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "a.py": "from pkg import b\n",
+            "b.py": "import os\n\nfrom . import c\n",
+            "c.py": "import pkg.a\n",
+        },
+    )
+    found = cycle_findings(root)
+    assert _where(found) == [("pkg/a.py", 1)]
+    assert found[0].message.endswith("pkg.a (line 1) -> pkg.b (line 3) -> pkg.c (line 1) -> pkg.a")
+
+
+def test_imports_under_type_checking_do_not_make_a_cycle(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "engine.py": "from pkg.results import Replay\n",
+            "results.py": """
+                from typing import TYPE_CHECKING
+                if TYPE_CHECKING:
+                    from pkg.engine import run
+            """,
+        },
+    )
+    assert cycle_findings(root) == []
+
+
+def test_a_function_level_import_of_a_lazy_extra_does_not_make_a_cycle(tmp_path: Path) -> None:
+    files = {
+        "__init__.py": "def __getattr__(name):\n    from pkg.extra import Model\n",
+        "extra.py": "from pkg import helpers\n",
+        "helpers.py": "import pkg\n",
+    }
+    root = _package(tmp_path, files)
+    assert _where(cycle_findings(root, frozenset({"pkg.extra"}))) == []
+    # the same import of a module that is not a lazy extra counts
+    assert _where(cycle_findings(root, frozenset())) == [("pkg/__init__.py", 2)]
+
+
+# --------------------------------------------------------------------------------------------
+# rule 4: sizes
+
+
+def _function(lines: int, name: str = "f") -> str:
+    """A function of exactly ``lines`` lines."""
+    return f"def {name}():\n" + "    x = 1\n" * (lines - 1)
+
+
+def test_a_file_over_the_limit_is_reported_at_its_first_line_too_many(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {"big.py": "x = 1\n" * (MAX_FILE_LINES + 1), "fits.py": "x = 1\n" * MAX_FILE_LINES},
+    )
+    found = size_findings(root)
+    assert _where(found) == [("pkg/big.py", MAX_FILE_LINES + 1)]
+
+
+def test_a_function_over_the_limit_is_reported_at_its_def(tmp_path: Path) -> None:
+    source = (
+        "import os\n\n\n"
+        + _function(MAX_FUNCTION_LINES, "fits")
+        + "\n\nclass C:\n    @property\n"
+        + textwrap.indent(_function(MAX_FUNCTION_LINES + 1, "method"), "    ")
+    )
+    root = _package(tmp_path, {"mod.py": source})
+    found = size_findings(root)
+    def_line = source.splitlines().index("    def method():") + 1
+    assert _where(found) == [("pkg/mod.py", def_line)]
+    assert "method" in found[0].message
+
+
+def test_a_long_comment_with_a_reason_lets_a_function_be_longer(tmp_path: Path) -> None:
+    long_body = _function(MAX_FUNCTION_LINES + 1)
+    root = _package(
+        tmp_path,
+        {
+            "above_def.py": "# long: one table of cases, read top to bottom\n" + long_body,
+            "above_decorators.py": (
+                "import functools\n\n"
+                "# long: the docstring is the reference of every check\n"
+                "# (the body is short)\n@functools.cache\n" + long_body
+            ),
+            "no_reason.py": "# long:\n" + long_body,
+            "not_directly_above.py": "# long: a reason\n\n" + long_body,
+        },
+    )
+    assert _where(size_findings(root)) == [
+        ("pkg/no_reason.py", 2),
+        ("pkg/not_directly_above.py", 3),
+    ]
