@@ -83,7 +83,6 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -91,11 +90,14 @@ from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from langmem_ext.core.identity import KeyChain
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.core.transitions import rebase_after_removal, removed_messages
+from langmem_ext.core.transitions import (
+    rebase_after_removal,
+    removed_messages,
+    without_stale_keys,
+)
 from langmem_ext.errors import InvalidHistoryError, MemoryBudgetExceeded
 from langmem_ext.integrations._store import (
     Flow,
@@ -526,16 +528,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             kept_folded_tokens=count(pinned) if pinned is not None else None,
         )
         # a key that points past the shorter history is dropped rather than kept stale
-        keys = KeyChain(kept)
-        return kept, replace(
-            rebased,
-            seen_key=keys(rebased.seen - 1) if 0 < rebased.seen <= len(kept) else None,
-            cut_key=(
-                keys(rebased.cut_index)
-                if rebased.cut_index is not None and 0 <= rebased.cut_index < len(kept)
-                else None
-            ),
-        )
+        return kept, without_stale_keys(rebased, kept)
 
 
 def _check_parts(history: Any, strategy: Any, store: Any) -> None:

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.store.base import GetOp, Item, PutOp
 
-from langmem_ext.core.identity import key_at, keys_between
+from langmem_ext.core.identity import keys_between
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import is_system
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.transitions import indexed_through
 from langmem_ext.retrieval import layout
 from langmem_ext.retrieval.codec import distinct_texts, encode_block, with_vectors
 from langmem_ext.retrieval.flows import Io
@@ -103,11 +103,8 @@ def turns_to_index(
     ]
     complete = len(groups) - (1 if unfinished else 0)
     watermark = first_kept - (len(groups[-1]) if unfinished else 0)
-    moved = replace(
-        state,
-        indexed=watermark if watermark > body_start else 0,
-        indexed_key=key_at(messages, watermark - 1) if watermark > body_start else None,
-        indexed_turns=first_seq + complete,
+    moved = indexed_through(
+        state, messages, watermark=watermark, body_start=body_start, turns=first_seq + complete
     )
     return Indexing(ops, moved, complete, shown, first_kept)
 
