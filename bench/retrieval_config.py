@@ -10,7 +10,8 @@ from typing import Any
 
 from bench.retrieval_planted import PlantedSettings
 from langmem_ext.core.keys import MemoryKey
-from langmem_ext.retrieval.strategy import DENSE_WEIGHT, RRF_K, Retrieval
+from langmem_ext.retrieval.config import DENSE_WEIGHT, RRF_K
+from langmem_ext.retrieval.strategy import Retrieval
 
 __all__ = [
     "ALL_FACTS_TARGET",

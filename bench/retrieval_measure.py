@@ -26,7 +26,8 @@ from bench.retrieval_config import (
     _min_score_spec,
 )
 from bench.retrieval_data import Conversation, Question
-from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
+from langmem_ext.retrieval.config import RetrievalConfig
+from langmem_ext.retrieval.strategy import Retrieval
 
 
 class CachedEmbeddings(Embeddings):
@@ -74,7 +75,7 @@ class Turn:
 def message_parts(messages: Sequence[BaseMessage]) -> tuple[str, ...]:
     """A turn's messages, each rendered alone, distinct and non-empty, as ``Retrieval`` embeds
     them (one vector per message)."""
-    from langmem_ext.retrieval.strategy import render_turn
+    from langmem_ext.retrieval.text import render_turn
 
     return tuple(dict.fromkeys(p for p in (render_turn([m]) for m in messages) if p.strip()))
 
@@ -92,7 +93,7 @@ def turn_groups(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
 
 def turns_of(messages: Sequence[BaseMessage]) -> list[Turn]:
     """Retrieval's unit: a human message and what follows it up to the next human message."""
-    from langmem_ext.retrieval.strategy import render_turn
+    from langmem_ext.retrieval.text import render_turn
 
     return [
         Turn(i, tuple(str(m.id) for m in group), render_turn(group), message_parts(group))
@@ -341,7 +342,7 @@ def _e2e_conversation(
     counter: Any,
     embeddings: CachedEmbeddings,
 ) -> list[dict[str, Any]]:
-    from langmem_ext.retrieval.strategy import RETRIEVED_ID
+    from langmem_ext.retrieval.layout import RETRIEVED_ID
 
     strategy = _strategy(spec, config, counter, embeddings)
     messages = list(conversation.messages)

@@ -306,7 +306,8 @@ def _retrieval(
     prefetch: bool = False,
 ) -> Any:
     from langmem_ext import TokenBudget
-    from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
+    from langmem_ext.retrieval.config import RetrievalConfig
+    from langmem_ext.retrieval.strategy import Retrieval
 
     return Retrieval(
         TokenBudget(budget, counter=counter),

@@ -41,8 +41,9 @@ from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.counting.resolve import CounterLike, as_counter
 from langmem_ext.strategies.engine import Plan, Strategy, finished
+from langmem_ext.summarize.calls import ModelLike
 from langmem_ext.summarize.extractive import ExtractiveSummarizer
-from langmem_ext.summarize.summarizer import ModelLike, Summarizer
+from langmem_ext.summarize.summarizer import Summarizer
 
 __all__ = [
     "FakeSummaryModel",

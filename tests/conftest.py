@@ -57,7 +57,8 @@ def minilm_embeddings() -> Any:
     """The loaded ``LocalMiniLMEmbeddings`` (the ``embeddings`` extra), one per session: loading
     the model takes seconds. When the model package is not installed the test is skipped with
     the reason, except under ``CI=true``, where it fails: embedding tests must run in CI."""
-    from langmem_ext.retrieval.embeddings import EmbeddingModelNotFoundError, LocalMiniLMEmbeddings
+    from langmem_ext.errors import EmbeddingModelNotFoundError
+    from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
     try:
         model = LocalMiniLMEmbeddings()

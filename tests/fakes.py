@@ -14,6 +14,8 @@
   batches of messages it folded.
 * :class:`Concepts`: the *embedding model* of the retrieval tests: deterministic, synonyms share a
   dimension (a paraphrase still matches), and it records what it embedded.
+* :func:`words`: the *token count* of the strategy unit tests (for ``CallableCounter``): one
+  token per word, at least one per message, so the tests can work the figures out by hand.
 * :class:`HideBlocks`: a *store* wrapper that hides ``Retrieval``'s index blocks, the reference of
   a fresh process that reads every turn.
 
@@ -51,6 +53,7 @@ __all__ = [
     "TokenCountingChatModel",
     "numbered_replies",
     "transcript_of",
+    "words",
 ]
 
 _TRANSCRIPT = re.compile(r"<transcript>\n(.*?)\n</transcript>", re.S)
@@ -98,6 +101,11 @@ class RecordingChatModel(GenericFakeChatModel):
 
 def _words(text: str) -> int:
     return len(text.split())
+
+
+def words(message: BaseMessage) -> int:
+    """One token per word (at least one per message): exact figures for the unit tests."""
+    return max(1, len(str(message.content).split()))
 
 
 class TokenCountingChatModel(BaseChatModel):

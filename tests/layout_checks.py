@@ -31,6 +31,12 @@ The rules:
   (method, nested function) over :data:`MAX_FUNCTION_LINES` lines from its ``def`` to its last
   line, unless a comment line starting ``# long:`` with a reason stands in the comment block
   directly above its ``def`` (or above its decorators).
+* **Import from the defining module** (:func:`reexport_findings`): a module does not import a
+  name from a module of the package that only binds it by an import there (a re-export), a
+  subpackage's ``__init__`` included. The ``__init__`` files and the top-level modules in
+  :data:`REEXPORTERS` are the public faces: they may import re-exported names (and re-export
+  them). A name the module also binds otherwise (a ``def`` in an ``except ImportError:``, an
+  assignment) counts as defined there.
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ LAZY_EXTRAS = frozenset(
         "langmem_ext.retrieval.embeddings",  # the `embeddings` extra (onnxruntime, tokenizers)
     }
 )
+#: the top-level modules whose purpose is to re-export (besides every package's ``__init__``):
+#: the drop-in's documented import path
+REEXPORTERS = frozenset({"compat"})
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 60
 #: where a new layer is declared (said by the finding for an undeclared subpackage)
@@ -361,6 +370,68 @@ def cycle_findings(root: Path, lazy_extras: frozenset[str] = LAZY_EXTRAS) -> lis
                 f"import cycle: {' -> '.join(steps)} -> {cycle[0]}{rest}",
             )
         )
+    return sorted(found)
+
+
+def _module_bindings(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
+    """The names a module binds at module level: those it defines (``def``, ``class``, an
+    assignment, a loop or ``with`` target, under ``if`` / ``try`` too) and those bound only by
+    an import, each with the module it is imported from (as written, ``.`` for relative)."""
+    defined: set[str] = set()
+    imported: dict[str, str] = {}
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported.setdefault(alias.asname or alias.name.split(".")[0], alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            source = "." * node.level + (node.module or "")
+            for alias in node.names:
+                imported.setdefault(alias.asname or alias.name, source)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif not isinstance(node, (ast.Lambda, *_SCOPES)):
+            pending.extend(ast.iter_child_nodes(node))
+    return defined, {name: src for name, src in imported.items() if name not in defined}
+
+
+#: nodes whose names are bound in a scope of their own, not the module's
+_SCOPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def reexport_findings(root: Path, reexporters: frozenset[str] = REEXPORTERS) -> list[Finding]:
+    """Imports of a name from a module of the package that does not define it but only
+    imports it (a re-export), by every module but the packages' ``__init__`` files and the
+    top-level modules in ``reexporters``."""
+    known = modules(root)
+    bindings = {
+        name: _module_bindings(ast.parse(module.path.read_text(encoding="utf-8")))
+        for name, module in known.items()
+    }
+    found: list[Finding] = []
+    for module in known.values():
+        if module.path.name == "__init__.py" or module.name in {
+            f"{root.name}.{stem}" for stem in reexporters
+        }:
+            continue
+        for imp in imports(module, known):
+            if imp.target not in known or imp.target == module.name:
+                continue
+            _, reexported = bindings[imp.target]
+            for name in imp.names:
+                if name in reexported:
+                    found.append(
+                        Finding(
+                            module.rel,
+                            imp.line,
+                            f"imports {name} from {imp.target}, which only re-exports it "
+                            f"(from {reexported[name]}): import it from the module that "
+                            "defines it",
+                        )
+                    )
     return sorted(found)
 
 

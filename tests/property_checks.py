@@ -37,7 +37,7 @@ from property_harness import (
 
 from langmem_ext import Unit, split_units, validate
 from langmem_ext.core.digest import DIGEST_ID_PREFIX, digest_text, is_digest
-from langmem_ext.core.fold import render_summary
+from langmem_ext.core.fold_config import render_summary
 from langmem_ext.core.identity import key_at
 from langmem_ext.core.messages import clip_message
 

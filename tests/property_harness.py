@@ -71,7 +71,7 @@ from langmem_ext import (
     TieredSummary,
 )
 from langmem_ext.strategies.options import split_policy
-from langmem_ext.summarize.summarizer import TEMPLATES
+from langmem_ext.summarize.prompts import TEMPLATES
 
 MAX_TURNS = 40
 

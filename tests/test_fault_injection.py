@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sqlite3
-import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -53,6 +50,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
+from stores import postgres_store, sqlite_file_store
 
 from langmem_ext import (
     Compacting,
@@ -494,34 +492,6 @@ def small_blocks() -> Iterator[None]:
 
 
 @contextmanager
-def sqlite_store() -> Iterator[BaseStore]:
-    from langgraph.store.sqlite import SqliteStore
-
-    with tempfile.TemporaryDirectory() as folder:
-        conn = sqlite3.connect(
-            str(Path(folder) / "store.sqlite"), check_same_thread=False, isolation_level=None
-        )
-        try:
-            store = SqliteStore(conn)
-            store.setup()
-            yield store
-        finally:
-            conn.close()
-
-
-@contextmanager
-def postgres_store(dsn: str) -> Iterator[BaseStore]:
-    import psycopg
-    from langgraph.store.postgres import PostgresStore
-    from psycopg.rows import dict_row
-
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
-        store = PostgresStore(conn)
-        store.setup()
-        yield store
-
-
-@contextmanager
 def memory_store() -> Iterator[BaseStore]:
     yield InMemoryStore()
 
@@ -627,7 +597,7 @@ def test_damaged_value_on_in_memory_store_never_breaks_retrieval(data: st.DataOb
 @STORE_SETTINGS
 @given(data=st.data())
 def test_damaged_value_on_sqlite_store_never_breaks_retrieval(data: st.DataObject) -> None:
-    with small_blocks(), sqlite_store() as store:
+    with small_blocks(), sqlite_file_store() as store:
         damage_one_stored_value(store, data)
 
 
@@ -729,7 +699,7 @@ def test_retrieval_stale_marks_tail_and_blocks_never_hide_a_newer_turn(
         assert ALICE_SECRET in shown, "the turn written after the stale caches was not found"
 
 
-STORES = {"memory": memory_store, "sqlite": sqlite_store}
+STORES = {"memory": memory_store, "sqlite": sqlite_file_store}
 
 
 def open_store(name: str, request: pytest.FixtureRequest) -> Any:

@@ -1,4 +1,4 @@
-"""Fuzz test of the hardening acceptance: hostile histories, checked at every call.
+"""Fuzz test of hostile histories: the invariants checked at every call.
 
 Histories are grown turn by turn by an application that does what real ones do and what broke
 content-keyed identity before: messages with and without ids, the same short texts over and over

@@ -1,5 +1,6 @@
 """The package's layout rules hold: declared layers, no private imports across packages, no
-import cycles, and files and functions of a readable size.
+import cycles, files and functions of a readable size, and every name imported from the module
+that defines it.
 
 The checkers and the exact rules are in ``tests/layout_checks.py`` (they read source, never
 import it). Each rule is proved twice: once on langmem_ext itself (no finding), and once on a
@@ -21,6 +22,7 @@ from layout_checks import (
     cycle_findings,
     layer_findings,
     private_findings,
+    reexport_findings,
     size_findings,
 )
 
@@ -70,6 +72,10 @@ def test_no_module_imports_a_private_module_or_name_of_another_package() -> None
 
 def test_no_import_cycles_between_modules() -> None:
     assert not cycle_findings(PACKAGE), _report(cycle_findings(PACKAGE))
+
+
+def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
+    assert not reexport_findings(PACKAGE), _report(reexport_findings(PACKAGE))
 
 
 def test_no_file_and_no_function_over_the_size_limits() -> None:
@@ -292,3 +298,81 @@ def test_a_long_comment_with_a_reason_lets_a_function_be_longer(tmp_path: Path) 
         ("pkg/no_reason.py", 2),
         ("pkg/not_directly_above.py", 3),
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# rule 5: every name imported from the module that defines it
+
+
+def test_a_name_imported_from_a_module_that_only_re_exports_it_is_reported(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "core/limits.py": "LIMIT = 1\n\n\ndef require_int(): ...\n",
+            "core/plan.py": "from pkg.core.limits import LIMIT, require_int\n\n\nclass Plan: ...\n",
+            "core/fold.py": "from .plan import Plan\nfrom .plan import require_int\n",
+            "strategies/presets.py": """
+                import os
+
+                from pkg.core.limits import require_int
+                from pkg.core.plan import (
+                    Plan,
+                    LIMIT,
+                )
+
+
+                def build():
+                    from pkg.core.plan import require_int
+            """,
+        },
+    )
+    found = reexport_findings(root)
+    assert _where(found) == [
+        ("pkg/core/fold.py", 2),
+        ("pkg/strategies/presets.py", 4),
+        ("pkg/strategies/presets.py", 11),
+    ]
+    assert "LIMIT from pkg.core.plan" in found[1].message
+    assert "pkg.core.limits" in found[1].message
+
+
+def test_a_package_init_re_exporting_counts_and_the_public_faces_may_re_export(
+    tmp_path: Path,
+) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "from pkg.core import Key\n",
+            "compat.py": "from pkg.core import Key\nfrom pkg.core.plan import Key as K\n",
+            "core/__init__.py": "from pkg.core.keys import Key\n",
+            "core/keys.py": "class Key: ...\n",
+            "core/plan.py": "from pkg.core.keys import Key\n",
+            "top/a.py": "from pkg.core import Key\n",
+        },
+    )
+    assert _where(reexport_findings(root)) == [("pkg/top/a.py", 1)]
+    # compat is a public face only when named as one
+    assert _where(reexport_findings(root, frozenset())) == [
+        ("pkg/compat.py", 1),
+        ("pkg/compat.py", 2),
+        ("pkg/top/a.py", 1),
+    ]
+
+
+def test_a_name_defined_besides_its_import_is_not_a_re_export(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "core/fast.py": "def speed(): ...\n",
+            "core/plan.py": """
+                try:
+                    from pkg.core.fast import speed
+                except ImportError:
+                    def speed(): ...
+                from pkg.core.fast import speed as _speed
+                LIMIT = _speed
+            """,
+            "top/a.py": "from pkg.core.plan import LIMIT, speed\n",
+        },
+    )
+    assert reexport_findings(root) == []

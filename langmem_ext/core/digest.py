@@ -40,8 +40,9 @@ from dataclasses import dataclass, field, replace
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from langmem_ext.core.checks import require_int
 from langmem_ext.core.identity import KeyChain, fingerprint
-from langmem_ext.core.limits import CutConfig, require_int
+from langmem_ext.core.limits import CutConfig
 from langmem_ext.core.messages import Unit, clip_chars, clip_marker, iter_units_reverse
 from langmem_ext.core.plan import CutTurn, cut_result, select_view
 from langmem_ext.core.result import MemoryResult

@@ -44,8 +44,6 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langmem_ext.core.fold_config import (
     FoldConfig,
     FoldRequest,
-    Placement,
-    SummaryOverflow,
     Trigger,
     render_summary,
 )
@@ -69,18 +67,7 @@ from langmem_ext.core.transitions import (
 from langmem_ext.core.walk import Selection
 from langmem_ext.errors import MemoryBudgetExceeded
 
-# The fold's vocabulary (:mod:`~langmem_ext.core.fold_config`) is named here too: the strategies
-# and the drivers import the fold plan and what it yields from one place.
-__all__ = [
-    "FoldConfig",
-    "FoldOutcome",
-    "FoldRequest",
-    "Placement",
-    "SummaryOverflow",
-    "Trigger",
-    "plan_fold",
-    "render_summary",
-]
+__all__ = ["plan_fold"]
 
 
 def plan_fold(

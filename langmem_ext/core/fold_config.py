@@ -9,22 +9,23 @@ the fenced summary block every view places. Shared by the fold plan's modules
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 
+from langmem_ext.core.checks import require_int, require_number
 from langmem_ext.core.digest import DigestSettings
 from langmem_ext.core.fences import neutralize
-from langmem_ext.core.limits import CutConfig, ViewLimits, require_int
+from langmem_ext.core.limits import CutConfig, ViewLimits
 from langmem_ext.core.state import Health
 from langmem_ext.core.transitions import (
     RetryPolicy,
 )
 
 __all__ = [
+    "RETRY_WHY",
     "SUMMARY_ID",
     "TRUNCATED",
     "FoldConfig",
@@ -40,6 +41,9 @@ SummaryOverflow = Literal["truncate_summary", "truncate_oldest", "error"]
 #: which high-water mark sent a turn into a fold
 Trigger = Literal["tokens", "messages"]
 Placement = Literal["system", "human"]
+#: what ``retry_initial`` / ``retry_max`` are for, said when one is refused (here and by
+#: :class:`~langmem_ext.strategies.options.FoldPolicy`, which takes them from the user)
+RETRY_WHY = "(it sets when a failed summarizer is tried again)"
 
 _OPEN = "<conversation_summary>"
 _CLOSE = "</conversation_summary>"
@@ -67,8 +71,8 @@ class FoldRequest:
 class FoldConfig(ViewLimits):
     """The knobs of the fold stage (the strategies fill them in; see strategies.py). The view's
     limits (reserve, safety margin, ``min_messages``, ``start_on``, ``keep_system``) are
-    :class:`~langmem_ext.core.plan.ViewLimits`, shared with the cutting stage's
-    :class:`~langmem_ext.core.plan.CutConfig`."""
+    :class:`~langmem_ext.core.limits.ViewLimits`, shared with the cutting stage's
+    :class:`~langmem_ext.core.limits.CutConfig`."""
 
     max_tokens: int
     trigger_tokens: int
@@ -105,17 +109,7 @@ class FoldConfig(ViewLimits):
             raise ValueError("digest needs clip_tokens (the tier at which rounds are digested)")
         self._check_message_triggers()
         for name in ("retry_initial", "retry_max"):
-            value = getattr(self, name)
-            if (
-                not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise ValueError(
-                    f"{name} must be a finite number of seconds > 0, got {value!r} (it sets when "
-                    "a failed summarizer is tried again)"
-                )
+            require_number(name, getattr(self, name), above=0, unit="seconds", why=RETRY_WHY)
         self._check_limits(self.max_tokens)
         if not 0 < self.target_tokens <= self.trigger_tokens <= self.max_tokens:
             raise ValueError(

@@ -2,8 +2,8 @@
 
 :class:`ViewLimits` (reserve, safety margin, minimum messages, which unit may start a view) is
 shared by the cutting stage (:class:`CutConfig`) and the fold stage
-(:class:`~langmem_ext.core.fold_config.FoldConfig`); :func:`require_int` is the one check of an
-integer setting. Validated on construction, with messages that say why.
+(:class:`~langmem_ext.core.fold_config.FoldConfig`). Validated on construction, with messages
+that say why (the checks themselves are in :mod:`langmem_ext.core.checks`).
 """
 
 from __future__ import annotations
@@ -12,26 +12,19 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CutConfig", "Overflow", "StartOn", "ViewLimits", "require_int"]
+from langmem_ext.core.checks import is_number, require_int
+
+__all__ = ["CutConfig", "Overflow", "StartOn", "ViewLimits"]
 
 StartOn = Literal["human", "any"]
 Overflow = Literal["error", "clip"]
 
 
-def require_int(name: str, value: object, minimum: int, why: str = "") -> None:
-    """Refuse a non-integer (``bool`` included) or too small setting, naming it, before any
-    arithmetic on it. ``why`` says what the minimum protects."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(
-            f"{name} must be an integer >= {minimum:,}, got {value!r}" + (f" {why}" if why else "")
-        )
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ViewLimits:
     """What every view keeps back and must hold: the knobs the cutting stage
-    (:class:`CutConfig`) and the fold stage (:class:`~langmem_ext.core.fold.FoldConfig`) share, with
-    their validation and the arithmetic of a token level, written once."""
+    (:class:`CutConfig`) and the fold stage (:class:`~langmem_ext.core.fold_config.FoldConfig`)
+    share, with their validation and the arithmetic of a token level, written once."""
 
     #: tokens held back for tool schemas and the model's output
     reserve_tokens: int = 0
@@ -48,8 +41,7 @@ class ViewLimits:
         require_int("reserve_tokens", self.reserve_tokens, 0)
         require_int("min_messages", self.min_messages, 0)
         if (
-            not isinstance(self.safety_margin, (int, float))
-            or isinstance(self.safety_margin, bool)
+            not is_number(self.safety_margin, finite=False)
             or not 0.0 <= self.safety_margin < 1.0  # also refuses NaN
         ):
             raise ValueError(f"safety_margin must be in [0, 1), got {self.safety_margin!r}")

@@ -37,13 +37,7 @@ from typing import Literal
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langmem_ext.core.identity import KeyChain, tool_call_ids
-from langmem_ext.core.limits import (
-    CutConfig,
-    Overflow,
-    StartOn,
-    ViewLimits,
-    require_int,
-)
+from langmem_ext.core.limits import CutConfig, StartOn, ViewLimits
 from langmem_ext.core.messages import (
     Unit,
     as_standard,
@@ -68,20 +62,11 @@ from langmem_ext.core.walk import (
 )
 from langmem_ext.errors import InvalidHistoryError
 
-# The settings (:mod:`~langmem_ext.core.limits`) and the walk's :class:`Selection`
-# (:mod:`~langmem_ext.core.walk`) are named here too: the strategies import the cutting plan's
-# vocabulary from one place.
 __all__ = [
-    "CutConfig",
     "CutTurn",
-    "Overflow",
-    "Selection",
-    "StartOn",
-    "ViewLimits",
     "cut_result",
     "leads",
     "plan_cut",
-    "require_int",
     "select_view",
 ]
 

@@ -50,12 +50,12 @@ wrong messages. ``bool`` is not accepted where a number is expected (``True`` is
 from __future__ import annotations
 
 import json
-import math
 import reprlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
+from langmem_ext.core.checks import is_int, is_number
 from langmem_ext.core.text import json_too_deep
 from langmem_ext.errors import InvalidStateError
 
@@ -114,12 +114,8 @@ def _invalid(name: str, value: Any, expected: str, *, within: Any = None) -> Inv
     )
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_version(value: Any) -> None:
-    if not _is_int(value) or value < 1:
+    if not is_int(value) or value < 1:
         raise _invalid("version", value, f"an int from 1 to {STATE_VERSION}")
     if value > STATE_VERSION:
         raise InvalidStateError(
@@ -199,23 +195,19 @@ class MemoryState:
         _check_version(self.version)
         for name in _COUNTS:
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise _invalid(name, value, "an int >= 0")
         for name in _TEXTS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise _invalid(name, value, "a string or None")
         cut = self.cut_index
-        if cut is not None and (not _is_int(cut) or cut < 0):
+        if cut is not None and (not is_int(cut) or cut < 0):
             raise _invalid("cut_index", cut, "an int >= 0 or None")
         if self.health not in _HEALTH:
             raise _invalid("health", self.health, "one of 'healthy', 'retrying', 'degraded'")
         retry = self.retry_at
-        if retry is not None and (
-            isinstance(retry, bool)
-            or not isinstance(retry, (int, float))
-            or (isinstance(retry, float) and not math.isfinite(retry))  # an int is finite
-        ):
+        if retry is not None and not is_number(retry):
             raise _invalid("retry_at", retry, "a finite number (epoch seconds) or None")
         if not _is_pairs(self.summary):
             raise _invalid("summary", self.summary, "a tuple of (section, text) string pairs")

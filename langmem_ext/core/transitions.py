@@ -11,9 +11,10 @@ these functions; none of them builds a state from another itself.
   :func:`with_view` (the figures of the view just chosen).
 * **Indexing** (Retrieval): :func:`indexed_through` moves the index watermark.
 * **The fold outcome** is a closed set: :class:`Folded`, :class:`FoldFailed`,
-  :class:`FoldDeferred`. A driver answers a :class:`~langmem_ext.core.fold.FoldRequest` with exactly
-  one of them, and :func:`health_after` / the fold plan handle each case explicitly (``mypy``
-  checks the match is exhaustive). A background fold whose result is adopted on a later turn
+  :class:`FoldDeferred`. A driver answers a
+  :class:`~langmem_ext.core.fold_config.FoldRequest` with exactly one of them, and
+  :func:`health_after` / the fold plan handle each case explicitly (``mypy`` checks the match
+  is exhaustive). A background fold whose result is adopted on a later turn
   would be one more case here (e.g. ``FoldAdopted(sections, boundary_key)``), not a new path.
 * **Health** (``healthy`` → ``retrying`` → ``degraded`` → ``healthy``): :func:`may_try_fold` says
   whether the summarizer may be called now, :func:`health_after` moves ``health``, ``failures``,

@@ -33,6 +33,7 @@ from langchain_core.messages import (
     SystemMessage,
 )
 
+from langmem_ext.core.checks import is_int
 from langmem_ext.core.identity import fingerprint
 from langmem_ext.counting.cache import CachedCounter, _CountCache
 from langmem_ext.errors import TokenCountError
@@ -308,7 +309,7 @@ class AnthropicCounter(CachedCounter):
 
     def _tokens_of(self, response: Any) -> int:
         tokens = getattr(response, "input_tokens", None)
-        if not isinstance(tokens, int) or isinstance(tokens, bool):
+        if not is_int(tokens):
             raise TokenCountError(
                 f"Anthropic token counting for model {self.model!r} answered without "
                 f"input_tokens: {response!r}",

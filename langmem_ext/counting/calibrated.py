@@ -20,6 +20,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from langmem_ext.core.checks import is_int
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.resolve import CounterLike, as_counter
 
@@ -116,10 +117,8 @@ def _input_tokens(usage: Any) -> int | None:
     """The prompt tokens a provider reported: from an AIMessage's ``usage_metadata``, a usage
     dict (LangChain's ``input_tokens``, Anthropic's raw ``input_tokens`` plus its cache
     fields, OpenAI's ``prompt_tokens``), an object with those attributes, or an int."""
-    if isinstance(usage, bool):
-        return None
-    if isinstance(usage, int):
-        return usage
+    if is_int(usage):
+        return usage  # a bool is no count: it falls through to None below
     if isinstance(usage, BaseMessage):
         metadata = getattr(usage, "usage_metadata", None)
         if isinstance(metadata, Mapping) and metadata.get("input_tokens"):
@@ -131,11 +130,11 @@ def _input_tokens(usage: Any) -> int | None:
         found = {f: getattr(usage, f) for f in (*fields, "prompt_tokens") if hasattr(usage, f)}
         return _input_tokens(found) if found else None
     value = usage.get("input_tokens")
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         extra = (usage.get(f) for f in ("cache_creation_input_tokens", "cache_read_input_tokens"))
-        return value + sum(v for v in extra if isinstance(v, int) and not isinstance(v, bool))
+        return value + sum(v for v in extra if is_int(v))
     value = usage.get("prompt_tokens")
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         return value
     return None
 

@@ -13,10 +13,12 @@ while another process writes the same file) is asked again with a bounded backof
 
 **Flows.** An operation of a surface (append → apply → save → prune, or the legacy prune) is
 written once, as a generator that yields I/O steps and receives their results, like httpx's
-``auth_flow`` and :meth:`Summarizer.steps <langmem_ext.summarize.summarizer.Summarizer.steps>`. Two
-thin drivers perform the steps: :func:`run` with blocking calls, :func:`arun` by awaiting. A step
-that raises has its exception thrown back into the flow at the ``yield``, so the flow handles
-errors with a plain ``try``. The steps:
+``auth_flow`` and :meth:`Summarizer.steps <langmem_ext.summarize.summarizer.Summarizer.steps>`.
+The drivers are the package's one pair (:mod:`langmem_ext.core.steps`, re-exported here):
+:func:`run` performs the steps with blocking calls, :func:`arun` by awaiting. A step that raises
+has its exception thrown back into the flow at the ``yield``, so the flow handles errors with a
+plain ``try``. The steps (each a :class:`~langmem_ext.core.steps.Step` with its own ``run`` and
+``arun``):
 
 * :class:`Io`: one call, given in both colours (a function and a coroutine function);
 * :class:`Shielded`: a sub-flow of writes that must finish: :func:`arun` runs it to its end
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -38,6 +40,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from langgraph.store.base import BaseStore, GetOp, Op, PutOp
 
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.steps import Flow, Step, arun, run
 from langmem_ext.retrieval.flows import abatch_retrying, batch_retrying
 
 __all__ = [
@@ -162,15 +165,21 @@ class StateStore(Generic[S]):
 
 
 # --------------------------------------------------------------------------------------------
-# flows: the steps and the two drivers
+# flows: the steps (the drivers are core.steps' run / arun)
 
 
 @dataclass(frozen=True, slots=True)
-class Io(Generic[T]):
+class Io(Step, Generic[T]):
     """A step: one call. ``run`` calls ``call()``, ``arun`` awaits ``acall()``."""
 
     call: Callable[[], T]
     acall: Callable[[], Awaitable[T]]
+
+    def run(self) -> T:
+        return self.call()
+
+    async def arun(self) -> T:
+        return await self.acall()
 
     @classmethod
     def of(
@@ -191,14 +200,21 @@ class Io(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class Shielded(Generic[T]):
-    """A step: the sub-flow ``flow``, which ``arun`` finishes even if cancelled meanwhile."""
+class Shielded(Step, Generic[T]):
+    """A step: the sub-flow ``flow``, which ``arun`` finishes even if cancelled meanwhile (the
+    ``CancelledError`` is raised after it)."""
 
     flow: Flow[T]
 
+    def run(self) -> T:
+        return run(self.flow)
+
+    async def arun(self) -> T:
+        return await shielded(arun(self.flow))
+
 
 @dataclass(frozen=True, slots=True)
-class Within(Generic[T]):
+class Within(Step, Generic[T]):
     """A step: the sub-flow ``flow``, inside ``context()`` (``run``) or ``acontext()``
     (``arun``): a lock held for exactly that sub-flow."""
 
@@ -206,67 +222,18 @@ class Within(Generic[T]):
     acontext: Callable[[], AbstractAsyncContextManager[Any]]
     flow: Flow[T]
 
+    def run(self) -> T:
+        with self.context():
+            return run(self.flow)
 
-Step = Io[Any] | Shielded[Any] | Within[Any]
-#: a flow: yields steps, receives each one's result (or has its exception thrown in), returns T
-Flow = Generator[Step, Any, T]
+    async def arun(self) -> T:
+        async with self.acontext():
+            return await arun(self.flow)
 
 
 def single(step: Step) -> Flow[Any]:
     """The flow of one step (to shield one call, or to take a lock for it)."""
     return (yield step)
-
-
-def run(flow: Flow[T]) -> T:
-    """Drive ``flow`` with blocking calls."""
-    step, result = _advance(flow, None, None)
-    while step is not None:
-        step, result = _advance(flow, *_outcome(step))
-    return result  # type: ignore[no-any-return]
-
-
-async def arun(flow: Flow[T]) -> T:
-    """Drive ``flow`` by awaiting its steps. A cancellation propagates at once, except during
-    a :class:`Shielded` step, after which it is raised."""
-    step, result = _advance(flow, None, None)
-    while step is not None:
-        step, result = _advance(flow, *(await _aoutcome(step)))
-    return result  # type: ignore[no-any-return]
-
-
-def _advance(flow: Flow[Any], value: Any, error: Exception | None) -> tuple[Step | None, Any]:
-    """Give ``flow`` the last step's result (or throw its error in): its next step, or
-    ``None`` and its result once it returns."""
-    try:
-        return (flow.send(value) if error is None else flow.throw(error)), None
-    except StopIteration as done:
-        return None, done.value
-
-
-def _outcome(step: Step) -> tuple[Any, Exception | None]:
-    """Perform ``step`` with blocking calls: (its result, None) or (None, what it raised)."""
-    try:
-        if isinstance(step, Io):
-            return step.call(), None
-        if isinstance(step, Shielded):
-            return run(step.flow), None
-        with step.context():
-            return run(step.flow), None
-    except Exception as error:
-        return None, error
-
-
-async def _aoutcome(step: Step) -> tuple[Any, Exception | None]:
-    """Async :func:`_outcome`; a cancellation is not an outcome: it propagates."""
-    try:
-        if isinstance(step, Io):
-            return await step.acall(), None
-        if isinstance(step, Shielded):
-            return await shielded(arun(step.flow)), None
-        async with step.acontext():
-            return await arun(step.flow), None
-    except Exception as error:
-        return None, error
 
 
 async def uncancelled(awaitable: Awaitable[T]) -> tuple[T, bool]:

@@ -93,6 +93,7 @@ from langgraph.store.memory import InMemoryStore
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.steps import Flow, arun, run
 from langmem_ext.core.transitions import (
     rebase_after_removal,
     removed_messages,
@@ -100,14 +101,11 @@ from langmem_ext.core.transitions import (
 )
 from langmem_ext.errors import InvalidHistoryError, MemoryBudgetExceeded
 from langmem_ext.integrations._store import (
-    Flow,
     Io,
     Shielded,
     StateStore,
     Within,
-    arun,
     memory_state,
-    run,
     single,
 )
 from langmem_ext.integrations.locks import (

@@ -67,13 +67,15 @@ from langgraph.store.base import BaseStore
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.steps import Flow, arun, run
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.chat_model import ChatModelCounter
 from langmem_ext.counting.resolve import as_counter
 from langmem_ext.errors import (
     StoredStateError,  # re-exported here
+    SummaryRejected,
 )
-from langmem_ext.integrations._store import Flow, Io, StateStore, Within, arun, run, single
+from langmem_ext.integrations._store import Io, StateStore, Within, single
 from langmem_ext.integrations.legacy_state import (
     SummaryBufferState,
     batches,
@@ -84,7 +86,6 @@ from langmem_ext.integrations.legacy_state import (
 from langmem_ext.summarize.checks import (
     DEFAULT_CHECKS,
     SummaryContext,
-    SummaryRejected,
     checks_of,
     first_rejection,
 )
@@ -271,7 +272,7 @@ class ConversationSummaryBufferMemory(_MemoryBase):
       str | None``, a sequence of them, or None; default: the built-in
       :data:`~langmem_ext.summarize.checks.DEFAULT_CHECKS`). An empty summary, or one
       a check rejects, is not committed: ``save_context``/``prune`` raise
-      :class:`~langmem_ext.summarize.checks.SummaryRejected` (with ``reason``), as
+      :class:`~langmem_ext.errors.SummaryRejected` (with ``reason``), as
       they raise any summarizer failure, and no message is pruned (the buffer keeps them; the
       next ``save_context`` tries again).
 

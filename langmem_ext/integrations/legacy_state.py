@@ -17,6 +17,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from langmem_ext.core.checks import is_int
 from langmem_ext.core.identity import KeyChain, stable_key
 from langmem_ext.errors import StoredStateError
 
@@ -83,9 +84,7 @@ class SummaryBufferState:
         window = data.get("last_pruned_window", [])
         if (
             not isinstance(summary, str)
-            or not isinstance(pruned, int)
-            or isinstance(pruned, bool)
-            or pruned < 0
+            or not is_int(pruned, 0)
             or not (key is None or isinstance(key, str))
             or (pruned > 0 and key is None)
             or not isinstance(window, list)

@@ -33,7 +33,8 @@ from typing import Any
 from langchain_core.chat_history import BaseChatMessageHistory
 from langgraph.store.base import BaseStore
 
-from langmem_ext.integrations._store import Flow, Io, arun, run, uncancelled
+from langmem_ext.core.steps import Flow, arun, run
+from langmem_ext.integrations._store import Io, uncancelled
 
 __all__ = [
     "KeyLock",

@@ -13,17 +13,10 @@ The command line: ``langmem-ext replay FILE --strategy SPEC`` and
 ``langmem-ext compare FILE --strategy A --strategy B --plot out.png``.
 """
 
-from langmem_ext.replay.engine import (
-    DEFAULT_MODEL,
-    CallRecord,
-    Comparison,
-    Replay,
-    areplay,
-    compare,
-    model_calls,
-    replay,
-)
+from langmem_ext.replay.comparison import Comparison
+from langmem_ext.replay.engine import DEFAULT_MODEL, areplay, compare, model_calls, replay
 from langmem_ext.replay.prices import ModelPrice, PriceError, Prices, load_prices
+from langmem_ext.replay.results import CallRecord, Replay
 from langmem_ext.replay.specs import SpecError, default_store, parse_strategy
 from langmem_ext.replay.transcripts import (
     Transcript,

@@ -18,16 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langmem_ext.replay.engine import DEFAULT_MODEL, Comparison, compare, model_calls
+from langmem_ext.replay.comparison import Comparison
+from langmem_ext.replay.engine import DEFAULT_MODEL, compare, model_calls
 from langmem_ext.replay.prices import load_prices
 from langmem_ext.replay.specs import STRATEGIES, parse_strategy
-from langmem_ext.replay.transcripts import (
-    DEFAULT_MAX_BYTES,
-    Transcript,
-    load_postgres_thread,
-    load_sqlite_thread,
-    load_transcript,
-)
+from langmem_ext.replay.transcripts.checkpoints import load_postgres_thread, load_sqlite_thread
+from langmem_ext.replay.transcripts.limits import DEFAULT_MAX_BYTES
+from langmem_ext.replay.transcripts.parse import load_transcript
+from langmem_ext.replay.transcripts.reading import Transcript
 
 __all__ = ["DEFAULT_COMPARE", "add_commands", "run_command"]
 

@@ -48,9 +48,6 @@ from langmem_ext.summarize.summarizer import Summarizer
 
 __all__ = [
     "DEFAULT_MODEL",
-    "CallRecord",
-    "Comparison",
-    "Replay",
     "areplay",
     "compare",
     "model_calls",

@@ -39,7 +39,8 @@ from langchain_core.embeddings import Embeddings
 
 from langmem_ext.counting.resolve import CounterLike
 from langmem_ext.errors import LangmemExtError
-from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
+from langmem_ext.retrieval.config import RetrievalConfig
+from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.options import POLICY_FIELDS, split_policy
 from langmem_ext.strategies.presets import (

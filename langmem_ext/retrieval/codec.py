@@ -13,10 +13,11 @@ import pybase64
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import Item, PutOp
 
+from langmem_ext.core.checks import is_int
 from langmem_ext.retrieval import layout
 from langmem_ext.retrieval.bm25 import Postings, encode_postings
 from langmem_ext.retrieval.flows import Embed, Io
-from langmem_ext.retrieval.layout import is_int, parts_of, seq_of, text_of
+from langmem_ext.retrieval.layout import parts_of, seq_of, text_of
 
 
 def with_vectors(ops: Sequence[PutOp], model: str | None = None) -> Io[list[PutOp]]:

@@ -15,8 +15,8 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from langgraph.store.base import BaseStore
 
+from langmem_ext.core.checks import is_int, is_number, require_int, require_number
 from langmem_ext.core.keys import MemoryKey
-from langmem_ext.retrieval.layout import is_int
 from langmem_ext.strategies.engine import Strategy
 
 Ranking = Literal["dense", "bm25", "hybrid"]
@@ -46,17 +46,11 @@ _ANN_STORES = frozenset({"PostgresStore", "AsyncPostgresStore"})
 
 def is_positive(value: object) -> bool:
     """A finite number > 0 (not a bool, not NaN)."""
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
+    return is_number(value) and value > 0
 
 
 def check_int(name: str, value: object, minimum: int, fix: str) -> None:
-    if not is_int(value, minimum):
-        raise ValueError(f"Retrieval: {name} must be an integer >= {minimum}, got {value!r}; {fix}")
+    require_int(name, value, minimum, owner="Retrieval", fix=fix)
 
 
 def has_index(store: object) -> bool:
@@ -263,9 +257,7 @@ class RetrievalConfig:
         if self.candidates is not None:
             check_int("candidates", self.candidates, 1, "or None for 4 * k (60 when k is None)")
         if self.min_score is not None and not (
-            isinstance(self.min_score, (int, float))
-            and not isinstance(self.min_score, bool)
-            and -1.0 <= self.min_score <= 1.0
+            is_number(self.min_score, finite=False) and -1.0 <= self.min_score <= 1.0
         ):
             raise ValueError(
                 f"Retrieval: min_score must be a similarity between -1 and 1 or None, got "
@@ -323,11 +315,13 @@ class RetrievalConfig:
                     f"a source must be a BaseRetriever or a VectorStore, got "
                     f"{type(source).__name__}"
                 )
-        if not is_positive(self.source_timeout):
-            raise ValueError(
-                "Retrieval: source_timeout must be a finite number > 0, got "
-                f"{self.source_timeout!r}; it is how many seconds a source may take"
-            )
+        require_number(
+            "source_timeout",
+            self.source_timeout,
+            above=0,
+            owner="Retrieval",
+            fix="it is how many seconds a source may take",
+        )
         object.__setattr__(self, "source_timeout", float(self.source_timeout))
 
     def _check_fusion(self) -> None:

@@ -1,8 +1,9 @@
-"""How Retrieval's I/O runs: the requests its plan yields to the engine's drivers and the driver
-of the sans-I/O store flows inside them.
+"""How Retrieval's I/O runs: the steps its plan yields to the drivers, and the steps of the
+sans-I/O store flows inside them (all run by the drivers of :mod:`langmem_ext.core.steps`).
 
 * :class:`_StoreFlow` runs a generator of ``BaseStore`` operation batches (and :class:`Embed`
-  steps) with ``batch`` / ``abatch``, asking a busy store again (:func:`batch_retrying`);
+  requests) with ``batch`` / ``abatch``, asking a busy store again (:func:`batch_retrying`): each
+  batch becomes a :class:`_Batch` step and each embedding an :class:`_Embedding` step;
 * :class:`_SourceSearch` asks every knowledge source at once, each under a timeout (threads under
   ``run``, tasks under ``arun``);
 * :class:`_Together` runs two requests at once.
@@ -29,26 +30,15 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 from langgraph.store.base import BaseStore, Op
 
+from langmem_ext.core.steps import Flow, Raised, Step, arun, resume, run
 from langmem_ext.retrieval.config import Source
-from langmem_ext.strategies.engine import IoRequest
 
 logger = logging.getLogger("langmem_ext")
 
 _T = TypeVar("_T")
-_Y = TypeVar("_Y")
-_S = TypeVar("_S")
 #: a sans-I/O flow of the index: yields batches of store operations (receiving their results)
 #: and embedding steps (receiving the vectors)
 Io = Generator[Any, Any, _T]
-
-
-def send(flow: Generator[_Y, _S, _T], value: _S | None) -> tuple[_Y | None, _T | None]:
-    """One step of ``flow``: its next request (None once it is done) and, once done, its result.
-    ``None`` starts a fresh flow."""
-    try:
-        return flow.send(value), None  # type: ignore[arg-type]
-    except StopIteration as done:
-        return None, done.value
 
 
 # -- a busy store ---------------------------------------------------------------------------------
@@ -142,15 +132,6 @@ async def abatch_retrying(
             await asyncio.sleep(retry.wait_after(error))
 
 
-def throw(flow: Generator[_Y, _S, _T], error: Exception) -> tuple[_Y | None, _T | None]:
-    """``error`` raised in ``flow`` at its ``yield``: its next request (it handled the error),
-    or, once done, its result; an error it does not handle propagates."""
-    try:
-        return flow.throw(error), None
-    except StopIteration as done:
-        return None, done.value
-
-
 # -- the requests Retrieval's plan makes ---------------------------------------------------------
 
 
@@ -163,8 +144,8 @@ class Embed:
 
 
 @dataclass(frozen=True)
-class _StoreFlow(IoRequest, Generic[_T]):
-    """Run ``flow`` (a sans-I/O generator of store operations, and of :class:`Embed` steps
+class _StoreFlow(Step, Generic[_T]):
+    """Run ``flow`` (a sans-I/O generator of store operations, and of :class:`Embed` requests
     answered by ``embeddings``) with ``batch`` / ``abatch``."""
 
     store: BaseStore
@@ -173,45 +154,64 @@ class _StoreFlow(IoRequest, Generic[_T]):
     embeddings: Embeddings | None = None
 
     def run(self) -> _T:
-        step, result = send(self.flow, None)
-        while step is not None:
-            if isinstance(step, Embed):
-                answer: Any = (
-                    self._embedder().embed_query(step.texts[0])
-                    if step.query
-                    else (self._embedder().embed_documents(list(step.texts)))
-                )
-            else:
-                try:
-                    answer = batch_retrying(self.store, step)
-                except Exception as error:  # thrown into the flow (which may scan otherwise)
-                    step, result = throw(self.flow, error)
-                    continue
-            step, result = send(self.flow, answer)
-        return cast(_T, result)
+        return run(self._steps())
 
     async def arun(self) -> _T:
-        step, result = send(self.flow, None)
-        while step is not None:
-            if isinstance(step, Embed):
-                embedder = self._embedder()
-                answer: Any = (
-                    await embedder.aembed_query(step.texts[0])
-                    if step.query
-                    else await embedder.aembed_documents(list(step.texts))
-                )
+        return await arun(self._steps())
+
+    def _steps(self) -> Flow[_T]:
+        """``flow`` as a flow of steps. A failed batch is thrown into it (it may scan
+        otherwise); a failed embedding ends it (never thrown in: nothing there handles one)."""
+        request, result = resume(self.flow, None)
+        while request is not None:
+            reply: Any
+            if isinstance(request, Embed):
+                reply = yield _Embedding(self._embedder(), request)
             else:
                 try:
-                    answer = await abatch_retrying(self.store, step)
-                except Exception as error:  # thrown into the flow (which may scan otherwise)
-                    step, result = throw(self.flow, error)
-                    continue
-            step, result = send(self.flow, answer)
+                    reply = yield _Batch(self.store, request)
+                except Exception as error:
+                    reply = Raised(error)
+            request, result = resume(self.flow, reply)
         return cast(_T, result)
 
     def _embedder(self) -> Embeddings:
         assert self.embeddings is not None, "an index flow asked to embed without embeddings"
         return self.embeddings
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch(Step):
+    """A step of an index flow: one batch of store operations (asked again while busy)."""
+
+    store: BaseStore
+    ops: Sequence[Op]
+
+    def run(self) -> list[Any]:
+        return batch_retrying(self.store, self.ops)
+
+    async def arun(self) -> list[Any]:
+        return await abatch_retrying(self.store, self.ops)
+
+
+@dataclass(frozen=True, slots=True)
+class _Embedding(Step):
+    """A step of an index flow: ``embed``'s texts embedded (documents, or one query)."""
+
+    embeddings: Embeddings
+    embed: Embed
+
+    def run(self) -> Any:
+        texts = self.embed.texts
+        if self.embed.query:
+            return self.embeddings.embed_query(texts[0])
+        return self.embeddings.embed_documents(list(texts))
+
+    async def arun(self) -> Any:
+        texts = self.embed.texts
+        if self.embed.query:
+            return await self.embeddings.aembed_query(texts[0])
+        return await self.embeddings.aembed_documents(list(texts))
 
 
 class TimedOut:
@@ -236,7 +236,7 @@ async def _asearch(source: Source, query: str, k: int) -> list[Document]:
 
 
 @dataclass(frozen=True)
-class _SourceSearch(IoRequest):
+class _SourceSearch(Step):
     """Ask every knowledge source for ``query`` at once, each within ``timeout`` seconds; the
     answer is each source's outcome, in order. A slow source never holds the turn."""
 
@@ -270,11 +270,11 @@ class _SourceSearch(IoRequest):
 
 
 @dataclass(frozen=True)
-class _Together(IoRequest):
+class _Together(Step):
     """Two reads at once (concurrently under ``arun``); the answer is both answers."""
 
-    first: IoRequest
-    second: IoRequest
+    first: Step
+    second: Step
 
     def run(self) -> tuple[Any, Any]:
         return self.first.run(), self.second.run()

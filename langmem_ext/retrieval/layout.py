@@ -72,9 +72,11 @@ about 1,000 turns).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from langgraph.store.base import Item, PutOp
+
+from langmem_ext.core.checks import is_int
 
 #: the id of the context message Retrieval places in the view
 RETRIEVED_ID = "langmem_ext:retrieved"
@@ -118,10 +120,6 @@ LISTED = 64
 FOREIGN = "foreign:"
 
 
-def is_int(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
 def parts_of(op: PutOp) -> list[str]:
     """The texts a turn write embeds, one vector each: its messages (``parts``), or its text
     (older writes, or ``parts`` that are not a list of strings: a damaged value is re-derived
@@ -151,7 +149,7 @@ def seq_of(value: Mapping[str, Any]) -> int | None:
     as turn 0)."""
     seq = value.get("seq")
     if is_int(seq, 0):
-        return cast(int, seq)
+        return seq
     order = value.get("order")
     if isinstance(order, str) and len(order) == 12 and order.isascii() and order.isdigit():
         return int(order)

@@ -41,12 +41,15 @@ modules beside this one hold the rest: :mod:`~langmem_ext.retrieval.config` (the
 
 
 One flow. ``Retrieval`` is a strategy like the others: its plan runs the inner strategy's plan
-(whose fold requests pass through it unchanged), then asks for its I/O as requests the drivers
-fulfil: the turn writes (a read-only view declines them, as it defers a fold), then the index
-search and the knowledge sources together (concurrently under ``aapply``). The store I/O inside
-a request is itself a sans-I/O generator of ``BaseStore`` operations, driven by ``batch`` or by
-``abatch``. ``apply`` / ``aapply`` / ``view`` / ``aview`` are the engine's own: its sync and async
-drivers run this plan like any other (:class:`~langmem_ext.strategies.engine.IoRequest`).
+(``inner.plan(...)``, whose fold requests pass through it unchanged and are folded by this
+strategy's own fold machinery, with the inner strategy's settings), then asks for its I/O as
+steps the drivers perform: the turn writes (a read-only view declines them, as it defers a
+fold), then the index search and the knowledge sources together (concurrently under
+``aapply``). The store I/O inside a step is itself a sans-I/O generator of ``BaseStore``
+operations, driven by ``batch`` or by ``abatch``. ``apply`` / ``aapply`` / ``view`` / ``aview``
+are the engine's own: the drivers of :mod:`langmem_ext.core.steps` run this plan like any other
+(each request a :class:`~langmem_ext.core.steps.Step`). The callbacks are the inner strategy's
+(``inner.notify(...)``).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from langgraph.store.base import BaseStore, PutOp
 from langmem_ext.core.keys import DEFAULT, MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
+from langmem_ext.core.steps import DECLINED
 from langmem_ext.retrieval.codec import model_id, stored_vectors
 from langmem_ext.retrieval.compose import compose, fuse, source_passages
 from langmem_ext.retrieval.config import (
@@ -104,7 +108,8 @@ from langmem_ext.retrieval.writes import (
     turns_to_index,
     write_io,
 )
-from langmem_ext.strategies.engine import DECLINED, Plan, Request, Strategy
+from langmem_ext.strategies.engine import Plan, Request, Strategy
+from langmem_ext.strategies.folding import Folding
 
 __all__ = [
     "DENSE_WEIGHT",
@@ -148,7 +153,7 @@ def _check_inner(inner: object) -> None:
         )
 
 
-class Retrieval(Strategy):
+class Retrieval(Strategy, Folding):
     """Wrap ``inner`` so that evicted turns (and knowledge ``sources``) come back when relevant.
 
     Args:
@@ -309,16 +314,14 @@ class Retrieval(Strategy):
         self._adopt(inner, store)
 
     def _adopt(self, inner: Strategy, store: BaseStore) -> None:
-        """Take the inner strategy's counter, summarizer and fold settings (the inner plan's
-        folds are run by this strategy's driver), and set up the index flows over ``store``."""
+        """Take the inner strategy's counter, and fold as it does (the inner plan's folds are
+        run by this strategy's driver, with its own jobs), and set up the index flows over
+        ``store``."""
         self._faults = Faults()
         self.inner = inner
         self.store = store
         self.counter = inner.counter
-        self.summarizer = inner.summarizer
-        self.folds_in_background = inner.folds_in_background
-        self.fold_wait = inner.fold_wait
-        self.retry_in_call = inner.retry_in_call
+        self._fold_like(inner)
         self._clock: Callable[[], float] | None = None
         ttl = store.ttl_config
         #: what the writes, catch-up and search flows share (checked config, store, caches)
@@ -395,7 +398,7 @@ class Retrieval(Strategy):
         search and the knowledge sources together, fused into one context message."""
         who = self._key(key)
         budget = extra + self.max_retrieved_tokens
-        inner = yield from self.inner._plan(messages, state, now, budget)
+        inner = yield from self.inner.plan(messages, state, now, budget)
         indexing = turns_to_index(self._setup, messages, inner, who, now)
         written = yield from self._write(indexing.ops, who)
         after, count = (indexing.state, indexing.complete) if written else (inner.state, 0)
@@ -439,11 +442,11 @@ class Retrieval(Strategy):
         ahead = self._prefetch.running() if self._prefetch is not None else []
         return [*super()._background_work(), *ahead]
 
-    def _notify(
+    def notify(
         self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
     ) -> None:
         """The callbacks are the inner strategy's (Retrieval adds none of its own)."""
-        self.inner._notify(before, result, messages)
+        self.inner.notify(before, result, messages)
 
     # -- whose memory -----------------------------------------------------------------------------
 

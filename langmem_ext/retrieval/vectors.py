@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from langmem_ext.core.checks import require_int
 from langmem_ext.retrieval.vectors_coarse import (
     CHUNK,
     Coarse,
@@ -118,8 +119,7 @@ class VectorIndex:
             ("reduced_dims", reduced_dims),
             ("rescore", rescore),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"VectorIndex: {name} must be an integer >= 1, got {value!r}")
+            require_int(name, value, 1, owner="VectorIndex")
         if not isinstance(background, bool):
             raise ValueError(f"VectorIndex: background must be True or False, got {background!r}")
         self.exact_rows, self.reduced_dims, self.rescore = exact_rows, reduced_dims, rescore

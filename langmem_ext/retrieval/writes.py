@@ -11,6 +11,7 @@ from typing import Any, Literal, NamedTuple
 from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.store.base import GetOp, Item, PutOp
 
+from langmem_ext.core.checks import is_int
 from langmem_ext.core.identity import keys_between
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import is_system
@@ -32,7 +33,6 @@ from langmem_ext.retrieval.layout import (
     USER_MARK,
     Tail,
     hoped,
-    is_int,
     is_stale,
     mark_of,
     read_tail,

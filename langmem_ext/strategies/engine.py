@@ -1,76 +1,52 @@
-"""The drivers: one sync and one async entry point around the same pure plan.
+"""Strategy: one sync and one async entry point around the same pure plan, and the fold machinery.
 
 A strategy's plan is a generator (:mod:`langmem_ext.core.fold`): it yields a
-:class:`~langmem_ext.core.fold.FoldRequest` when it needs the summarizer, receives one of the closed
-set of outcomes (:class:`~langmem_ext.core.transitions.Folded`,
+:class:`~langmem_ext.core.fold_config.FoldRequest` when it needs the summarizer, receives one of
+the closed set of outcomes (:class:`~langmem_ext.core.transitions.Folded`,
 :class:`~langmem_ext.core.transitions.FoldFailed`,
-:class:`~langmem_ext.core.transitions.FoldDeferred`) and
-returns the :class:`~langmem_ext.core.result.MemoryResult`. ``apply`` fulfils requests with
-``Summarizer.fold``, ``aapply`` with ``Summarizer.afold``, ``view`` defers them; nothing else
-differs. A plan may also yield an :class:`IoRequest` (Retrieval's store batches and retriever
-calls), which the sync driver runs and the async driver awaits; a read-only view declines the ones
-that write. A plan that needs no summarizer (TokenBudget, SlidingWindow) simply never yields.
+:class:`~langmem_ext.core.transitions.FoldDeferred`) and returns the
+:class:`~langmem_ext.core.result.MemoryResult`. A plan may also yield a
+:class:`~langmem_ext.core.steps.Step` (``IoRequest``: Retrieval's store batches and retriever
+calls). The drivers are those of :mod:`langmem_ext.core.steps` (``run`` / ``arun``); a fold is
+one more step: the strategy turns each fold request into a :class:`Fold` step bound to its
+fold machinery (:class:`Folding`: the summarizer, the fold settings, the background jobs), so
+``apply`` folds with ``Summarizer.fold``, ``aapply`` with ``Summarizer.afold``, and ``view``
+(read-only: no step that writes is performed) defers it and declines writes. A plan that needs
+no summarizer (TokenBudget, SlidingWindow) simply never yields. A step's exception is thrown
+into the plan; none of the package's plans catches one, so it reaches the caller.
 
 Planning is CPU-only for every local counter, so ``aapply`` runs it inline; when the counter may
 do network I/O (``is_blocking``, e.g. a chat model's provider-side token counting), ``aapply``
-runs the plan's steps in a worker thread so the event loop never blocks.
+runs the plan's own work between its requests in a worker thread so the event loop never blocks.
 
 The state passed in is never changed (it is frozen): a failed or cancelled call leaves the
 caller's state exactly as it was.
 
-Background compaction. A plan whose view passed ``prefetch_tokens`` (below the fold trigger)
-asks for its fold as a *background* request. The driver owns the work, the plan stays pure: it
-starts the fold in a worker thread (``Summarizer.fold``, off the critical path) and answers
-``FoldDeferred`` at once; a later call whose fold request begins with the same messages under
-the same summary adopts the finished fold (``Folded(covers=...)``: exactly those messages are
-marked folded, once), or, when it must fold now (the trigger is crossed), waits for the running
-one, at most ``fold_wait`` seconds, and otherwise shows the degraded view with its note (nothing
-lost; the fold is adopted on a later call). Jobs live in the strategy object, so a fold finished
-after a checkpoint is adopted by the next turn of the same thread in this process; another
-process simply folds again. ``flush()`` / ``aflush()`` wait for the running jobs.
-
-A job never waits on its model. Each job runs in a daemon thread of its own (an ``aapply`` job
-on an event loop of its own in that thread, whose executor threads are daemons too), and its
-future is settled by the summarizer's result, or by its deadline (:func:`job_deadline`: the
-summarizer's timeout times the calls the fold may make), whichever comes first: a timed-out job
-is a failed fold (``FoldFailed`` with a ``TimeoutError``), adopted like any failure (nothing
-folded, nothing lost; health moves to retrying / degraded). The job's loop is never shut down
-the blocking way (``asyncio.run`` waits for cancelled tasks and for its executor, which a hung
-sync-only chat model or a coroutine ignoring cancellation never lets end): leftover tasks get
-:data:`_GRACE` seconds after a cancel, then are abandoned with the loop. Nothing is shared
-between strategies: a strategy runs at most ``background_limit`` jobs at once (threads still
-alive, abandoned ones included), so one hung model can only hold its own strategy's slots.
-
-One attempt per call. Every fold, in the background or inline, makes ONE summarizer attempt (of
-the model, then of its fallback): a failing provider costs a call at most one attempt, and later
-attempts follow the strategy's backoff (``retry_initial`` ...) on later calls. Only an inline
-fold of a strategy built with ``retry_in_call=True`` runs the Summarizer's retries in the call.
+The fold machinery (the summarizer's settings, background folds, one attempt per call) is in
+:mod:`langmem_ext.strategies.folding`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
-import copy
 import logging
 import math
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import BaseMessage
 
-from langmem_ext.core.fold import FoldRequest
+from langmem_ext.core.fold_config import FoldRequest
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import Health, MemoryState
+from langmem_ext.core.steps import DECLINED, Flow, Raised, Step, arun, mapped, resume, run
 from langmem_ext.core.tokens import TokenCounter
-from langmem_ext.core.transcript import render_transcript
-from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldOutcome
+from langmem_ext.strategies.folding import Fold, Folding, _jobs_of, _watched, default_folding
 from langmem_ext.summarize.summarizer import Summarizer
 
 __all__ = [
@@ -82,13 +58,11 @@ __all__ = [
     "Strategy",
     "TurnCallback",
     "finished",
-    "job_deadline",
 ]
 
 logger = logging.getLogger("langmem_ext")
 
 _T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 StateLike = MemoryState | dict[str, Any] | None
 SummaryCallback = Callable[[Mapping[str, str], Mapping[str, str]], Any]
@@ -97,35 +71,11 @@ HealthCallback = Callable[[Health, Health], Any]
 TurnCallback = Callable[[Sequence[BaseMessage]], Any]
 
 
-class IoRequest(ABC):
-    """A plan's request for I/O besides the summarizer (store batches, retriever calls).
+#: a request for I/O besides the summarizer (store batches, retriever calls): a
+#: :class:`~langmem_ext.core.steps.Step`, which carries its own sync and async fulfilment
+IoRequest = Step
 
-    The request carries its own sync and async fulfilment, so the drivers stay ignorant of
-    stores and retrievers: ``apply`` sends back ``run()``, ``aapply`` ``await arun()``. A
-    request that ``writes`` changes something outside the call: a read-only view declines it
-    (sends back :data:`DECLINED`), as it defers a fold."""
-
-    #: fulfilling it changes something outside the call (a view declines it)
-    writes: bool = False
-
-    @abstractmethod
-    def run(self) -> Any:
-        """Fulfil the request, blocking."""
-
-    @abstractmethod
-    async def arun(self) -> Any:
-        """Fulfil the request on the event loop."""
-
-
-class _Declined:
-    def __repr__(self) -> str:
-        return "DECLINED"
-
-
-#: what a read-only driver sends back for a request that ``writes``
-DECLINED = _Declined()
-
-Request = FoldRequest | IoRequest
+Request = FoldRequest | Step
 #: a strategy's plan: it yields requests, receives their answers, returns the result
 Plan = Generator[Request, Any, MemoryResult]
 
@@ -139,7 +89,7 @@ def finished(compute: Callable[..., MemoryResult], *args: Any) -> Plan:
 
 class Strategy(ABC):
     """Base of every strategy: ``apply`` / ``aapply`` / ``view`` / ``aview`` over one pure
-    ``_plan``, run by one sync and one async driver."""
+    ``_plan``, run by the one sync and one async driver of :mod:`langmem_ext.core.steps`."""
 
     counter: TokenCounter
     summarizer: Summarizer | None = None
@@ -150,20 +100,6 @@ class Strategy(ABC):
     clock: Callable[[], float] = staticmethod(time.time)
     #: the strategy keeps memory outside its state: its ``_plan`` takes ``key=`` (``Retrieval``)
     uses_key: bool = False
-    #: background compaction is on (``prefetch_tokens``)
-    folds_in_background: bool = False
-    #: an inline fold runs the Summarizer's retries inside the call (``retry_in_call=True``);
-    #: otherwise (the default, and always in background mode) every fold makes one attempt
-    retry_in_call: bool = False
-    #: how long a call that must fold waits for a running background fold (None: until done,
-    #: which is at most the job's deadline, :func:`job_deadline`)
-    fold_wait: float | None = None
-    #: background folds this strategy runs at once (threads still alive, one abandoned at its
-    #: deadline included). A background fold asked for beyond it is not started: the request is
-    #: deferred (the view shows the note, nothing is lost) and asked again by a later call; a
-    #: fold due now is then made inside the call. The bound is per strategy, so a hung model
-    #: never holds another strategy's folds.
-    background_limit: int = 4
 
     @abstractmethod
     def _plan(
@@ -172,6 +108,50 @@ class Strategy(ABC):
         """Pure: the view, next state and report, yielding fold (and I/O) requests. Never
         mutates. ``extra`` tokens of the request travel outside the messages (tool schemas). A
         strategy with ``uses_key = True`` also takes ``key: MemoryKey | None`` by keyword."""
+
+    # -- what a strategy wrapping this one uses ---------------------------------------------------
+
+    def plan(
+        self,
+        messages: Sequence[BaseMessage],
+        state: MemoryState,
+        now: float,
+        extra: int = 0,
+        *,
+        key: MemoryKey | None = None,
+    ) -> Plan:
+        """This strategy's plan for one call, not started: pure, it yields a
+        :class:`~langmem_ext.core.fold_config.FoldRequest` for each fold and a
+        :class:`~langmem_ext.core.steps.Step` for other I/O, and returns the
+        :class:`~langmem_ext.core.result.MemoryResult`. ``key`` reaches only a strategy that
+        ``uses_key``. A strategy that wraps this one runs it with ``yield from``; its driver
+        answers the fold requests."""
+        if self.uses_key:
+            return self._plan(messages, state, now, extra, key=key)  # type: ignore[call-arg]
+        return self._plan(messages, state, now, extra)
+
+    def notify(
+        self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
+    ) -> None:
+        """Tell the callbacks what changed from ``before`` to ``result`` (``apply`` / ``aapply``
+        do, after the plan has finished); an exception in a callback never breaks the turn.
+        The messages added are those after the ones ``before`` saw (all of them when the
+        history was rewritten underneath)."""
+        after = result.state
+        calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        if self.on_turn_added is not None:
+            seen = 0 if result.report.history_rewritten else min(before.seen, len(messages))
+            if len(messages) > seen:
+                calls.append((self.on_turn_added, (tuple(messages[seen:]),)))
+        if self.on_summary_updated is not None and before.summary != after.summary:
+            calls.append((self.on_summary_updated, (before.sections, after.sections)))
+        if self.on_health_changed is not None and before.health != after.health:
+            calls.append((self.on_health_changed, (before.health, after.health)))
+        for callback, args in calls:
+            try:
+                callback(*args)
+            except Exception:
+                logger.exception("langmem_ext: a %s callback raised; ignored", type(self).__name__)
 
     # -- the entry points: each one line over a driver ---------------------------------------------
 
@@ -193,7 +173,8 @@ class Strategy(ABC):
         whose memory this is (strategies with memory outside the state, like ``Retrieval``, use
         it; the others ignore it). The surfaces pass it from their config.
         """
-        return self._drive(messages, state, extra_tokens, key, read_only=False)
+        before, flow = self._begin(messages, state, extra_tokens, key)
+        return self._notified(before, run(flow), messages)
 
     async def aapply(
         self,
@@ -206,7 +187,8 @@ class Strategy(ABC):
         """Async :meth:`apply`: the same plan; the summarizer and I/O are awaited, and counting
         runs off the event loop when the counter does I/O. Cancelling it leaves ``state``
         untouched."""
-        return await self._adrive(messages, state, extra_tokens, key, read_only=False)
+        before, flow = self._begin(messages, state, extra_tokens, key, awaited=True)
+        return self._notified(before, await arun(flow), messages)
 
     def view(
         self,
@@ -221,7 +203,7 @@ class Strategy(ABC):
         ask for is deferred (not counted as a failure): the view then shows the summary so far,
         the newest messages that fit and a note with the number of messages not shown. The
         returned ``state`` is informational; readers should not store it."""
-        return self._drive(messages, state, extra_tokens, key, read_only=True)
+        return run(self._begin(messages, state, extra_tokens, key)[1], read_only=True)
 
     async def aview(
         self,
@@ -232,7 +214,8 @@ class Strategy(ABC):
         key: MemoryKey | None = None,
     ) -> MemoryResult:
         """Async :meth:`view`; counting runs off the event loop when the counter does I/O."""
-        return await self._adrive(messages, state, extra_tokens, key, read_only=True)
+        _, flow = self._begin(messages, state, extra_tokens, key, awaited=True)
+        return await arun(flow, read_only=True)
 
     # -- the drivers ------------------------------------------------------------------------------
 
@@ -242,58 +225,32 @@ class Strategy(ABC):
         state: StateLike,
         extra_tokens: int,
         key: MemoryKey | None,
-    ) -> tuple[MemoryState, Plan]:
-        """The caller's state, read, and this turn's plan (not started yet)."""
+        *,
+        awaited: bool = False,
+    ) -> tuple[MemoryState, Flow[MemoryResult]]:
+        """The caller's state, read, and this turn's plan as a flow of steps for the drivers of
+        :mod:`langmem_ext.core.steps` (not started yet): each fold request becomes a
+        :class:`~langmem_ext.strategies.folding.Fold` step of this strategy's fold machinery. A
+        read-only driver performs no step that writes (a fold is deferred, a write declined).
+        ``awaited`` (``arun``) with a counter that does I/O: the plan's own work between its
+        requests runs in a worker thread, so the event loop never blocks."""
         before = MemoryState.coerce(state)
         args = (_as_sequence(messages), before, self._now(), _extra(extra_tokens))
-        if self.uses_key:
-            return before, self._plan(*args, key=key)  # type: ignore[call-arg]
-        return before, self._plan(*args)
+        flow = mapped(self.plan(*args, key=key), self._step)
+        if awaited and getattr(self.counter, "is_blocking", False):
+            flow = _off_the_loop(flow)
+        return before, flow
 
-    def _drive(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike,
-        extra_tokens: int,
-        key: MemoryKey | None,
-        *,
-        read_only: bool,
+    def _step(self, request: Request) -> Step:
+        """The step that answers one request of the plan: a fold request is folded by this
+        strategy's fold machinery; any other request is a step already."""
+        return Fold(self._folding(), request) if isinstance(request, FoldRequest) else request
+
+    def _notified(
+        self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
     ) -> MemoryResult:
-        """Run the plan, fulfilling its requests blocking; a read-only call notifies nobody."""
-        before, plan = self._begin(messages, state, extra_tokens, key)
-        request, result = _advance(plan, None)
-        while request is not None:
-            request, result = _advance(plan, self._answer(request, read_only))
-        assert result is not None
-        if not read_only:
-            self._notify(before, result, messages)
-        return result
-
-    async def _adrive(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike,
-        extra_tokens: int,
-        key: MemoryKey | None,
-        *,
-        read_only: bool,
-    ) -> MemoryResult:
-        """:meth:`_drive` with awaited requests; the plan's steps run off the event loop when
-        the counter does I/O."""
-        before, plan = self._begin(messages, state, extra_tokens, key)
-        blocking = bool(getattr(self.counter, "is_blocking", False))
-
-        async def step(value: Any) -> tuple[Request | None, MemoryResult | None]:
-            if blocking:
-                return await asyncio.to_thread(_advance, plan, value)
-            return _advance(plan, value)
-
-        request, result = await step(None)
-        while request is not None:
-            request, result = await step(await self._aanswer(request, read_only))
-        assert result is not None
-        if not read_only:
-            self._notify(before, result, messages)
+        """``result``, once the callbacks were told (``apply`` / ``aapply``; a view never)."""
+        self.notify(before, result, messages)
         return result
 
     # -- background folds -------------------------------------------------------------------------
@@ -303,14 +260,22 @@ class Strategy(ABC):
         than a finite number of seconds is an error naming it, not a failure deep in a plan."""
         return _checked_now(self.clock)
 
+    def _folding(self) -> Folding:
+        """What answers this strategy's fold requests: the strategy itself when it is
+        :class:`Folding` (the summarizing strategies, ``Retrieval``); for any other strategy
+        whose plan asks for folds (a wrapper of your own), the default fold machinery kept with
+        it (its summarizer, the default settings)."""
+        return self if isinstance(self, Folding) else default_folding(self)
+
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every background fold of this strategy has finished (at most ``timeout``
         seconds); their results are adopted by the next call of their conversation. Returns how
         many are still running (0 when all finished).
 
         The default ``timeout=None`` waits until each job has finished or met its deadline
-        (:func:`job_deadline`), whatever its model does; only a summarizer built with
-        ``timeout=None`` has no deadline. A hung model never makes this wait past ``timeout``."""
+        (:func:`~langmem_ext.strategies.folding.job_deadline`), whatever its model does; only a
+        summarizer built with ``timeout=None`` has no deadline. A hung model never makes this
+        wait past ``timeout``."""
         _, pending = concurrent.futures.wait(self._background_work(), timeout=timeout)
         return len(pending)
 
@@ -326,439 +291,42 @@ class Strategy(ABC):
     def background_running(self) -> int:
         """How many background fold threads of this strategy are alive (a job abandoned at its
         deadline counts until its model returns); at most ``background_limit``."""
-        return _jobs_of(self).live
+        return _jobs_of(self._folding()).live
 
     def _background_work(self) -> list[concurrent.futures.Future[Any]]:
         """What ``flush`` waits for: the running background folds (a strategy that starts other
         work of its own adds it)."""
-        return [job.future for job in _jobs_of(self).all()]
-
-    def _inline_summarizer(self) -> Summarizer:
-        """The summarizer of a fold: it makes one attempt (a call that waits for a fold, inline
-        or running in the background, waits for one attempt at most; later attempts follow the
-        strategy's backoff, on later calls), unless inline folds were asked to retry in the
-        call (``retry_in_call=True``, which construction refuses in background mode)."""
-        summarizer = self._summarizer()
-        return summarizer if self.retry_in_call else _one_attempt(summarizer)
-
-    def _background(self, request: FoldRequest, asynchronous: bool = False) -> FoldOutcome | _Job:
-        """A background request's answer (start the fold, or adopt it once finished), or, for
-        a fold due now, the running job to wait for. ``asynchronous``: ``afold`` on an event
-        loop of the job's own (``aapply``), else ``fold``. At ``background_limit`` running jobs
-        none is started (deferred: a later call asks again)."""
-        jobs = _jobs_of(self)
-        job = jobs.find(request)
-        if request.background:
-            if job is None:
-                summarizer = self._inline_summarizer()
-                jobs.start(summarizer, request, asynchronous, self.background_limit)
-                return FoldDeferred()
-            return jobs.take(job) if job.future.done() else FoldDeferred()
-        assert job is not None
-        return job
-
-    def _answer(self, request: Request, read_only: bool) -> Any:
-        """A read-only call folds nothing and writes nothing: a fold is deferred, a write
-        declined."""
-        if isinstance(request, FoldRequest):
-            return FoldDeferred() if read_only else self._fold(request)
-        return DECLINED if read_only and request.writes else request.run()
-
-    async def _aanswer(self, request: Request, read_only: bool) -> Any:
-        if isinstance(request, FoldRequest):
-            return FoldDeferred() if read_only else await self._afold(request)
-        return DECLINED if read_only and request.writes else await request.arun()
-
-    def _summarizer(self) -> Summarizer:
-        if self.summarizer is None:  # pragma: no cover - a plan only asks when it has one
-            raise RuntimeError(f"{type(self).__name__} asked to fold without a summarizer")
-        return self.summarizer
-
-    def _fold(self, request: FoldRequest) -> FoldOutcome:
-        if request.background or _jobs_of(self).find(request) is not None:
-            answer = self._background(request)
-            if not isinstance(answer, _Job):
-                return answer
-            done, _ = concurrent.futures.wait([answer.future], timeout=self.fold_wait)
-            return _jobs_of(self).take(answer) if done else FoldDeferred()
-        try:
-            return Folded(self._inline_summarizer().fold(request.previous, request.messages))
-        except Exception as error:  # any failure: the plan keeps everything unfolded
-            return _failed(error, at=self._now())
-
-    async def _afold(self, request: FoldRequest) -> FoldOutcome:
-        if request.background or _jobs_of(self).find(request) is not None:
-            answer = self._background(request, asynchronous=True)
-            if not isinstance(answer, _Job):
-                return answer
-            # asyncio.wait never cancels what it waits for: the job goes on after a timeout
-            waited = _watched(answer.future)
-            done, _ = await asyncio.wait([waited], timeout=self.fold_wait)
-            return _jobs_of(self).take(answer) if done else FoldDeferred()
-        try:
-            summarizer = self._inline_summarizer()
-            return Folded(await summarizer.afold(request.previous, request.messages))
-        except Exception as error:  # any failure: the plan keeps everything unfolded
-            return _failed(error, at=self._now())
-
-    # -- callbacks --------------------------------------------------------------------------------
-
-    def _notify(
-        self, before: MemoryState, result: MemoryResult, messages: Sequence[BaseMessage]
-    ) -> None:
-        """Tell the callbacks what changed; an exception in a callback never breaks the turn.
-        The messages added are those after the ones ``before`` saw (all of them when the
-        history was rewritten underneath)."""
-        after = result.state
-        calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-        if self.on_turn_added is not None:
-            seen = 0 if result.report.history_rewritten else min(before.seen, len(messages))
-            if len(messages) > seen:
-                calls.append((self.on_turn_added, (tuple(messages[seen:]),)))
-        if self.on_summary_updated is not None and before.summary != after.summary:
-            calls.append((self.on_summary_updated, (before.sections, after.sections)))
-        if self.on_health_changed is not None and before.health != after.health:
-            calls.append((self.on_health_changed, (before.health, after.health)))
-        for callback, args in calls:
-            try:
-                callback(*args)
-            except Exception:
-                logger.exception("langmem_ext: a %s callback raised; ignored", type(self).__name__)
+        return [job.future for job in _jobs_of(self._folding()).all()]
 
 
 @dataclass(frozen=True, slots=True)
-class _Job:
-    """A fold running (or finished) in the background: its input, its future, and its deadline
-    (seconds after it started; None: none, see :func:`job_deadline`)."""
+class _Advance(Step):
+    """A step: ``flow`` resumed with ``reply`` (the plan's own work up to its next request),
+    in a worker thread under ``arun``: counting with a counter that does I/O never blocks the
+    event loop."""
 
-    previous: dict[str, str]
-    messages: tuple[BaseMessage, ...]
-    future: concurrent.futures.Future[dict[str, str]]
-    deadline: float | None = None
+    flow: Flow[Any]
+    reply: Any
 
-    def begins(self, request: FoldRequest) -> bool:
-        """Whether this fold's input is the start of ``request``'s: the same summary, and its
-        messages the oldest of the request's (so adopting it folds exactly those), and, for a
-        fold due now, enough of them (``least``: adopting fewer would leave messages hidden)."""
-        n = len(self.messages)
-        return (
-            0 < n <= len(request.messages)
-            and (request.background or n >= request.least)
-            and self.previous == dict(request.previous)
-            and all(a == b for a, b in zip(self.messages, request.messages[:n], strict=True))
-        )
+    def run(self) -> tuple[Step | None, Any]:
+        return resume(self.flow, self.reply)
+
+    async def arun(self) -> tuple[Step | None, Any]:
+        return await asyncio.to_thread(resume, self.flow, self.reply)
 
 
-#: jobs kept per strategy: a conversation that moved on leaves its job unmatched; the oldest go
-_MAX_JOBS = 64
-#: the name of a background fold's thread (and its event loop's executor threads)
-_THREAD_NAME = "langmem_ext-fold"
-#: seconds the tasks left on a job's event loop get to end after a cancel, before the loop is
-#: abandoned with them (a model that ignores cancellation is never waited for longer)
-_GRACE = 0.5
-#: seconds a job's deadline allows beyond its model calls (starting the thread, counting)
-_DEADLINE_SLACK = 1.0
-
-
-class _Jobs:
-    """A strategy's background folds, and how many of their threads are alive. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: list[_Job] = []
-        self._live = 0
-
-    @property
-    def live(self) -> int:
-        with self._lock:
-            return self._live
-
-    def all(self) -> list[_Job]:
-        with self._lock:
-            return list(self._jobs)
-
-    def find(self, request: FoldRequest) -> _Job | None:
-        """The job whose input leads ``request``'s (the newest such)."""
-        with self._lock:
-            jobs = list(self._jobs)
-        return next((job for job in reversed(jobs) if job.begins(request)), None)
-
-    def start(
-        self,
-        summarizer: Summarizer,
-        request: FoldRequest,
-        asynchronous: bool = False,
-        limit: int = 4,
-    ) -> _Job | None:
-        """Run the fold in a daemon thread of its own: ``fold``, or for ``aapply`` ``afold`` on
-        an event loop of the thread's own (a summarizer model that is only async works, and the
-        fold outlives the caller's loop, e.g. one ``asyncio.run`` per call). None, and nothing
-        started, when ``limit`` threads of this strategy are still alive."""
-        previous, messages = dict(request.previous), tuple(request.messages)
-        with self._lock:
-            if self._live >= limit:
-                return None
-            self._live += 1
+def _off_the_loop(flow: Flow[_T]) -> Flow[_T]:
+    """``flow`` with its own work between steps made as :class:`_Advance` steps (so in a
+    worker thread under ``arun``); its steps and their replies pass through unchanged."""
+    step, result = yield _Advance(flow, None)
+    while step is not None:
+        reply: Any
         try:
-            job = _Job(
-                previous,
-                messages,
-                concurrent.futures.Future(),
-                job_deadline(summarizer, previous, messages),
-            )
-            with self._lock:
-                self._jobs.append(job)
-                del self._jobs[:-_MAX_JOBS]
-            _launch(job, summarizer, asynchronous, self._ended)
-        except BaseException:
-            self._ended()
-            raise
-        return job
-
-    def _ended(self) -> None:
-        with self._lock:
-            self._live -= 1
-
-    def take(self, job: _Job) -> FoldOutcome:
-        """A finished job's outcome, for adoption (the job is forgotten: adopted once)."""
-        with self._lock:
-            if job in self._jobs:
-                self._jobs.remove(job)
-        error = job.future.exception()
-        if error is not None:
-            return _failed(error) if isinstance(error, Exception) else FoldFailed(error)
-        return Folded(job.future.result(), covers=len(job.messages))
-
-
-_JOBS_LOCK = threading.Lock()
-
-
-def _jobs_of(strategy: Strategy) -> _Jobs:
-    jobs: _Jobs | None = strategy.__dict__.get("_langmem_jobs")
-    if jobs is None:
-        with _JOBS_LOCK:
-            jobs = strategy.__dict__.setdefault("_langmem_jobs", _Jobs())
-    return jobs
-
-
-def job_deadline(
-    summarizer: Summarizer, previous: Mapping[str, str], messages: Sequence[BaseMessage]
-) -> float | None:
-    """Seconds a background fold of ``messages`` into ``previous`` may run before it is
-    abandoned as a failed fold (``TimeoutError``); None: no deadline.
-
-    The bound is every model call the fold can make, each at its longest: per section of the
-    summary, one call per chunk of transcript (a chunk is at most half of ``max_input_tokens``,
-    the rest being instructions and the previous summary; the transcript's UTF-8 bytes stand in
-    for its tokens, which they never undercount) and one compress call after each; each call
-    takes at most ``max_attempts x timeout`` plus the waits between attempts, of the model and
-    then of its fallback. One second of slack is added. A model that refuses prompts as too
-    long makes more, smaller calls than this bound counts: such a fold may end at the bound.
-    No deadline when a model of the chain has ``timeout=None`` (the caller chose to wait), or
-    for an object that folds but is not a :class:`~langmem_ext.summarize.summarizer.Summarizer`.
-    """
-    per_call = _call_bound(summarizer)
-    if per_call is None:
-        return None
-    transcript = sum(
-        len(line.encode("utf-8", "replace")) + 1 for line in render_transcript(messages)
-    )
-    room = max(int(getattr(summarizer, "max_input_tokens", 0)) // 2, 1)
-    chunks = 1 + (transcript - 1) // room if transcript > 0 else 1
-    sections = max(len(getattr(summarizer, "templates", ())), 1)
-    return sections * chunks * 2 * per_call + _DEADLINE_SLACK
-
-
-def _call_bound(summarizer: object) -> float | None:
-    """The longest one model call of ``summarizer`` can take: its attempts, the waits between
-    them, then its fallback's (None: unbounded)."""
-    total = 0.0
-    link: object = summarizer
-    while link is not None:
-        if not isinstance(link, Summarizer) or link.timeout is None:
-            return None
-        attempts = link.max_attempts
-        total += attempts * link.timeout + (attempts - 1) * link.retry_max_wait
-        link = link.fallback
-    return total
-
-
-def _timed_out(deadline: float) -> TimeoutError:
-    return TimeoutError(
-        f"the background fold did not end within its deadline of {deadline:g} s (the "
-        "summarizer's timeout times the calls the fold may make); it was abandoned, its model "
-        "call left to end on its own"
-    )
-
-
-def _settle(
-    future: concurrent.futures.Future[_T],
-    value: _T | None = None,
-    error: BaseException | None = None,
-) -> None:
-    """Resolve ``future`` unless it already is (the result and the deadline race)."""
-    try:
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)  # type: ignore[arg-type]
-    except concurrent.futures.InvalidStateError:
-        pass
-
-
-def _launch(
-    job: _Job, summarizer: Summarizer, asynchronous: bool, ended: Callable[[], None]
-) -> None:
-    """Start ``job``'s thread (with the caller's context variables, so tracing follows it) and
-    its deadline timer; ``ended`` is called when the thread ends, however late."""
-    future = job.future
-    future.set_running_or_notify_cancel()
-    on_deadline: list[Callable[[], None]] = []  # the job's loop, once running, cancels its fold
-
-    def expire() -> None:
-        assert job.deadline is not None
-        _settle(future, error=_timed_out(job.deadline))
-        for cancel in on_deadline:
-            cancel()
-
-    timer: threading.Timer | None = None
-    if job.deadline is not None:
-        timer = threading.Timer(job.deadline, expire)
-        timer.daemon = True
-
-    def work() -> None:
-        try:
-            if asynchronous:
-                _afold_on_own_loop(summarizer, job, on_deadline)
-            else:
-                _settle(future, summarizer.fold(job.previous, job.messages))
-        except BaseException as error:  # delivered to whoever adopts the job
-            _settle(future, error=error)
-        finally:
-            if timer is not None:
-                timer.cancel()
-            ended()
-
-    thread = threading.Thread(
-        target=contextvars.copy_context().run, args=(work,), name=_THREAD_NAME, daemon=True
-    )
-    if timer is not None:
-        timer.start()
-    thread.start()
-
-
-def _afold_on_own_loop(
-    summarizer: Summarizer, job: _Job, on_deadline: list[Callable[[], None]]
-) -> None:
-    """``afold`` on a new event loop in this thread, settling the job's future the moment it
-    returns. The loop is wound down without waiting on its model: leftover tasks (a coroutine
-    ignoring its cancellation) get :data:`_GRACE` seconds, the executor (where LangChain runs a
-    sync-only chat model's ``_generate``) is made of daemon threads and is never joined."""
-    loop = asyncio.new_event_loop()
-    loop.set_default_executor(_DaemonExecutor())
-    try:
-
-        async def fold() -> None:
-            try:
-                _settle(job.future, await summarizer.afold(job.previous, job.messages))
-            except BaseException as error:  # a cancel at the deadline ends up here too
-                _settle(job.future, error=error)
-
-        task = loop.create_task(fold())
-
-        def cancel() -> None:
-            loop.call_soon_threadsafe(task.cancel)
-
-        on_deadline.append(cancel)
-        if job.future.done():  # the deadline passed before the loop ran
-            task.cancel()
-        loop.run_until_complete(task)
-        loop.run_until_complete(_wind_down(loop))
-    except RuntimeError:  # pragma: no cover - the loop was closed under a late cancel
-        pass
-    finally:
-        on_deadline.clear()
-        loop.close()  # shuts its executor down without waiting (daemon threads)
-
-
-async def _wind_down(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what the fold left on ``loop`` and give it :data:`_GRACE` seconds to end; close
-    async generators within the same grace. Whatever is still pending is abandoned."""
-    current = asyncio.current_task()
-    left = [task for task in asyncio.all_tasks(loop) if task is not current]
-    for task in left:
-        task.cancel()
-    if left:
-        await asyncio.wait(left, timeout=_GRACE)
-    closing = asyncio.ensure_future(loop.shutdown_asyncgens())
-    await asyncio.wait([closing], timeout=_GRACE)
-
-
-class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
-    """The default executor of a job's event loop: each call in a new daemon thread, and
-    ``shutdown`` never waits, so a sync-only chat model hung in ``_generate`` neither blocks
-    closing the loop nor the interpreter's exit. (A ThreadPoolExecutor only because
-    ``loop.set_default_executor`` asks for one; its pool is never used.)"""
-
-    def submit(
-        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
-    ) -> concurrent.futures.Future[_T]:
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-
-        def work() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as error:
-                future.set_exception(error)
-
-        threading.Thread(target=work, name=_THREAD_NAME, daemon=True).start()
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Nothing to wait for: abandoned calls end on their own."""
-
-
-def _watched(future: concurrent.futures.Future[_T]) -> asyncio.Future[_T]:
-    """``future`` to await on the running loop. Its outcome is read where the job is adopted,
-    so the wrapper's own (a failed fold finishing after the wait gave up) is marked read: no
-    "exception was never retrieved" log for a failure the plan reports anyway."""
-    wrapped = asyncio.wrap_future(future)
-    wrapped.add_done_callback(lambda done: None if done.cancelled() else done.exception())
-    return wrapped
-
-
-def _one_attempt(summarizer: Summarizer) -> Summarizer:
-    """``summarizer`` (and its fallback) making one attempt per model call. Another object
-    that folds (not a :class:`Summarizer`) has no attempts to set and is used as it is."""
-    if not isinstance(summarizer, Summarizer):
-        return summarizer
-    if summarizer.max_attempts == 1 and (
-        summarizer.fallback is None or summarizer.fallback.max_attempts == 1
-    ):
-        return summarizer
-    copied = copy.copy(summarizer)
-    copied.max_attempts = 1
-    if summarizer.fallback is not None:
-        copied.fallback = _one_attempt(summarizer.fallback)
-    return copied
-
-
-def _failed(error: Exception, at: float | None = None) -> FoldFailed:
-    """The outcome of a failed fold; ``at``: when the call saw it fail (an inline fold), so the
-    backoff counts from the end of the attempt, not from the start of the call."""
-    logger.warning("langmem_ext: fold failed: %s: %s", type(error).__name__, error)
-    return FoldFailed(error, at)
-
-
-def _advance(plan: Plan, value: Any) -> tuple[Request | None, MemoryResult | None]:
-    """One step of a plan: its next request (None once it is done) and, once done, its result.
-    ``None`` starts a fresh plan."""
-    try:
-        return plan.send(value), None
-    except StopIteration as done:
-        return None, done.value
+            reply = yield step
+        except Exception as error:
+            reply = Raised(error)
+        step, result = yield _Advance(flow, reply)
+    return cast(_T, result)
 
 
 def _checked_now(clock: Callable[[], float]) -> float:

@@ -10,13 +10,12 @@ a policy and the rest.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from langmem_ext.core.fold import Placement, SummaryOverflow
-from langmem_ext.core.plan import require_int
+from langmem_ext.core.checks import require_int, require_number
+from langmem_ext.core.fold_config import RETRY_WHY, Placement, SummaryOverflow
 from langmem_ext.strategies.engine import HealthCallback, SummaryCallback, TurnCallback
 
 __all__ = ["FoldPolicy", "split_policy"]
@@ -112,30 +111,17 @@ class FoldPolicy:
         self._check_message_trigger()
         require_int("degrade_after", self.degrade_after, 1)
         for name in ("retry_initial", "retry_max"):
-            value = getattr(self, name)
-            if (
-                not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise ValueError(
-                    f"{name} must be a finite number of seconds > 0, got {value!r} (it sets when "
-                    "a failed summarizer is tried again)"
-                )
+            require_number(name, getattr(self, name), above=0, unit="seconds", why=RETRY_WHY)
         if self.prefetch_tokens is not None:
             require_int("prefetch_tokens", self.prefetch_tokens, 1)
-        if self.fold_wait is not None and not (
-            isinstance(self.fold_wait, (int, float))
-            and not isinstance(self.fold_wait, bool)
-            and math.isfinite(self.fold_wait)
-            and self.fold_wait >= 0
-        ):
-            raise ValueError(
-                f"fold_wait must be a finite number of seconds >= 0 or None, got "
-                f"{self.fold_wait!r} (how long a call that must fold waits for the background "
-                "fold)"
-            )
+        require_number(
+            "fold_wait",
+            self.fold_wait,
+            minimum=0,
+            unit="seconds",
+            or_none=True,
+            why="(how long a call that must fold waits for the background fold)",
+        )
         if not isinstance(self.retry_in_call, bool):
             raise TypeError(f"retry_in_call must be True or False, got {self.retry_in_call!r}")
         if self.retry_in_call and self.prefetch_tokens is not None:

@@ -1,13 +1,13 @@
 """The strategies users construct: presets of the two pure plans.
 
 * Trimming: :class:`TokenBudget` and :class:`SlidingWindow` configure the cutting plan
-  (:func:`langmem_ext.core.plan.plan_cut`, a :class:`~langmem_ext.core.plan.CutConfig`);
+  (:func:`langmem_ext.core.plan.plan_cut`, a :class:`~langmem_ext.core.limits.CutConfig`);
   :class:`ToolDigest` the same plan with tool-round digests first
   (:func:`langmem_ext.core.digest.plan_digest`).
 * Summarizing: :class:`SummaryBuffer`, :class:`Compacting` and :class:`TieredSummary` configure
   the fold plan (:func:`langmem_ext.core.fold.plan_fold`, a
-  :class:`~langmem_ext.core.fold.FoldConfig`); they differ only in how their parameters set the
-  trigger, the target and the first tier (digests and clipped bodies).
+  :class:`~langmem_ext.core.fold_config.FoldConfig`); they differ only in how their parameters
+  set the trigger, the target and the first tier (digests and clipped bodies).
 
 The summarizing constructors keep explicit keyword signatures (for type checkers, IDEs and
 ``help()``) for the budget and its sizing; the settings a first user never needs are one
@@ -26,13 +26,17 @@ from typing import Any, NoReturn, TypeVar
 
 from langchain_core.messages import BaseMessage
 
+from langmem_ext.core.checks import require_budget, require_int
 from langmem_ext.core.digest import DigestCutConfig, DigestSettings, plan_digest
-from langmem_ext.core.fold import FoldConfig, plan_fold
-from langmem_ext.core.plan import CutConfig, Overflow, StartOn, ViewLimits, plan_cut, require_int
+from langmem_ext.core.fold import plan_fold
+from langmem_ext.core.fold_config import FoldConfig
+from langmem_ext.core.limits import CutConfig, Overflow, StartOn, ViewLimits
+from langmem_ext.core.plan import plan_cut
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.resolve import CounterLike, as_counter
 from langmem_ext.strategies.engine import Plan, Strategy, finished
+from langmem_ext.strategies.folding import Folding
 from langmem_ext.strategies.options import POLICY_FIELDS, FoldPolicy
 from langmem_ext.summarize.summarizer import Summarizer, SummarizerLike
 
@@ -51,13 +55,6 @@ ConfigT = TypeVar("ConfigT", bound=ViewLimits)
 _DEFAULT_SUMMARY_TOKENS = 1_000
 _DEFAULT_INPUT_TOKENS = 16_000
 _SUMMARY_FLOOR_WHY = "(a summary needs room to say anything)"
-
-
-def _require_budget(max_tokens: object) -> None:
-    """Every strategy's ``max_tokens`` check, in one place: a positive integer (``None``,
-    ``bool``, ``float`` and ``str`` refused, naming the value), so a strategy never runs without
-    the budget it advertises. (``SlidingWindow`` alone takes ``None``: its budget is optional.)"""
-    require_int("max_tokens", max_tokens, 1, "(the budget of the whole request)")
 
 
 def _with_counter(summarizer: Summarizer, counter: TokenCounter) -> Summarizer:
@@ -138,7 +135,7 @@ class TokenBudget(_Trimming):
         keep_system: bool = True,
         overflow: Overflow = "error",
     ) -> None:
-        _require_budget(max_tokens)
+        require_budget(max_tokens)
         self.config = CutConfig(
             max_tokens=max_tokens,
             target_tokens=target_tokens,
@@ -189,7 +186,7 @@ class SlidingWindow(_Trimming):
         overflow: Overflow = "error",
     ) -> None:
         if max_tokens is not None:
-            _require_budget(max_tokens)
+            require_budget(max_tokens)
         elif max_messages is None:
             raise ValueError(
                 "SlidingWindow needs a limit: max_messages (an integer >= 1) or max_tokens (an "
@@ -271,7 +268,7 @@ class ToolDigest(Strategy):
         keep_system: bool = True,
         overflow: Overflow = "clip",
     ) -> None:
-        _require_budget(max_tokens)
+        require_budget(max_tokens)
         self.config = DigestCutConfig(
             max_tokens=max_tokens,
             trigger_tokens=trigger_tokens if trigger_tokens is not None else max_tokens * 3 // 4,
@@ -300,8 +297,11 @@ class ToolDigest(Strategy):
         return finished(plan_digest, messages, state, _reserving(self.config, extra), self.counter)
 
 
-class _Summarizing(Strategy):
-    """Shared set-up of the summarizing strategies: one fold pipeline, different presets."""
+class _Summarizing(Strategy, Folding):
+    """Shared set-up of the summarizing strategies: one fold pipeline, different presets. Each
+    answers its folds with its own fold machinery
+    (:class:`~langmem_ext.strategies.engine.Folding`), set from its
+    :class:`~langmem_ext.strategies.options.FoldPolicy`."""
 
     config: FoldConfig
     #: the settings of :class:`~langmem_ext.strategies.options.FoldPolicy` this strategy runs with
@@ -361,6 +361,7 @@ class _Summarizing(Strategy):
             retry_max=policy.retry_max,
             **fold,
         )
+        # the fold machinery's settings (Folding)
         self.folds_in_background = policy.prefetch_tokens is not None
         self.fold_wait = policy.fold_wait
         self.retry_in_call = policy.retry_in_call
@@ -516,7 +517,7 @@ class SummaryBuffer(_Summarizing):
         **moved: NoReturn,
     ) -> None:
         _refuse_moved("SummaryBuffer", moved)
-        _require_budget(max_tokens)
+        require_budget(max_tokens)
         self._setup(
             summarizer=summarizer,
             max_summary_tokens=max_summary_tokens,
@@ -565,7 +566,7 @@ class Compacting(_Summarizing):
         **moved: NoReturn,
     ) -> None:
         _refuse_moved("Compacting", moved)
-        _require_budget(max_tokens)
+        require_budget(max_tokens)
         if not 0 < summary_ratio < target_ratio <= 1:
             raise ValueError(
                 f"need 0 < summary_ratio ({summary_ratio}) < target_ratio ({target_ratio}) <= 1"
@@ -634,7 +635,7 @@ class TieredSummary(_Summarizing):
         **moved: NoReturn,
     ) -> None:
         _refuse_moved("TieredSummary", moved)
-        _require_budget(max_tokens)
+        require_budget(max_tokens)
         if not 0 < target_ratio <= tier1_ratio < tier2_ratio <= 1:
             raise ValueError(
                 f"need 0 < target_ratio ({target_ratio}) <= tier1_ratio ({tier1_ratio}) < "

@@ -4,7 +4,8 @@
   budget, retries, timeout, health, fallback);
 * :mod:`~langmem_ext.summarize.calls`: one model call (``ModelCall``), the error classification
   its retries use, and running it under a timeout and a per-model lock;
-* :mod:`~langmem_ext.summarize.flow`: the call flow's steps and its sync and async drivers;
+* :mod:`~langmem_ext.summarize.flow`: the call flow's steps (``Invoke``, ``Sleep``), run by the
+  drivers of :mod:`langmem_ext.core.steps`;
 * :mod:`~langmem_ext.summarize.prompts`: the built-in templates, the system prompt, and each
   section's instruction and budget;
 * :mod:`~langmem_ext.summarize.checks`: the checks a summary must pass before it is kept;

@@ -38,8 +38,7 @@ from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableLambda
 
-from langmem_ext.errors import ModelBusyError, SummarizerError
-from langmem_ext.summarize.checks import SummaryRejected
+from langmem_ext.errors import ModelBusyError, SummarizerError, SummaryRejected
 
 __all__ = [
     "ContextOverflow",

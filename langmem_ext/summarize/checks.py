@@ -50,6 +50,8 @@ from langchain_core.messages import BaseMessage
 
 from langmem_ext.errors import SummaryRejected
 
+# SummaryRejected is re-exported under its old name, so existing imports keep working (see
+# langmem_ext.errors); the package itself imports it from langmem_ext.errors.
 __all__ = [
     "DEFAULT_CHECKS",
     "SummaryCheck",

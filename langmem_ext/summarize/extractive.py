@@ -48,6 +48,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
+from langmem_ext.core.checks import is_int
 from langmem_ext.core.text import clip_text, longest_prefix_within
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.core.transcript import content_text, render_transcript
@@ -451,9 +452,7 @@ class ExtractiveSummarizer(BaseChatModel):
 
     def _budget(self, body: str, bound: Any) -> int:
         limits = [
-            limit
-            for limit in (bound, _stated_budget(body), self.max_tokens)
-            if isinstance(limit, int) and not isinstance(limit, bool)
+            limit for limit in (bound, _stated_budget(body), self.max_tokens) if is_int(limit)
         ]
         return min(limits) if limits else DEFAULT_MAX_TOKENS
 

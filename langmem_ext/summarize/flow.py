@@ -1,9 +1,11 @@
-"""The call flow's steps and its two drivers: the only code that performs a call or a sleep.
+"""The call flow's steps: the only code that performs a model call or a sleep.
 
 A flow is a generator (like httpx's ``auth_flow``) that yields :class:`Invoke` / :class:`Sleep`
-steps and receives each step's outcome; :func:`run_sync` performs the steps blocking and
-:func:`run_async` by awaiting, so the retries, the backoff and the fallback of
-:class:`~langmem_ext.summarize.summarizer.Summarizer` are written once for both APIs.
+steps and receives each step's outcome (a failed call has its exception thrown in). Each step
+carries its own blocking and awaited fulfilment, and the package's one pair of drivers
+(:func:`langmem_ext.core.steps.run` / :func:`~langmem_ext.core.steps.arun`) performs them, so the
+retries, the backoff and the fallback of :class:`~langmem_ext.summarize.summarizer.Summarizer`
+are written once for both APIs.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import functools
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
 
+from langmem_ext.core.steps import Step
 from langmem_ext.summarize.calls import acall_on_model, await_with_timeout, call_on_model
 
 if TYPE_CHECKING:
@@ -25,20 +28,14 @@ if TYPE_CHECKING:
 __all__ = [
     "Flow",
     "Invoke",
-    "Raised",
     "Sleep",
-    "aperform",
-    "perform",
-    "resume",
-    "run_async",
-    "run_sync",
 ]
 
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
-class Invoke:
+class Invoke(Step):
     """A step of the call flow: invoke ``runnable`` on ``prompt`` within ``timeout`` seconds;
     the flow receives the raw output, or has the call's exception thrown into it."""
 
@@ -49,80 +46,34 @@ class Invoke:
     #: time (see ``Summarizer(exclusive=)``)
     lock: threading.Lock | None = None
 
+    def run(self) -> Any:
+        """The model's raw output, blocking (a call with a timeout runs in a worker thread)."""
+        invoke = functools.partial(self.runnable.invoke, self.prompt)
+        return call_on_model(invoke, self.timeout, self.lock)
+
+    async def arun(self) -> Any:
+        """The model's raw output with ``ainvoke``."""
+        if self.lock is not None:  # a sync-only model: in a thread of ours, one call at a time
+            invoke = functools.partial(self.runnable.invoke, self.prompt)
+            return await acall_on_model(invoke, self.timeout, self.lock)
+        return await await_with_timeout(self.runnable.ainvoke(self.prompt), self.timeout)
+
 
 @dataclass(frozen=True, slots=True)
-class Sleep:
+class Sleep(Step):
     """A step of the call flow: wait ``seconds`` with ``owner``'s ``sleep`` / ``asleep`` (the
-    summarizer whose attempt failed: a fallback keeps its own)."""
+    summarizer whose attempt failed: a fallback keeps its own); the flow receives None."""
 
     seconds: float
     owner: Summarizer
+
+    def run(self) -> None:
+        self.owner.sleep(self.seconds)
+
+    async def arun(self) -> None:
+        await self.owner.asleep(self.seconds)
 
 
 #: a call flow: yields its I/O steps, receives the raw output of an Invoke (None after a
 #: Sleep), returns its result
 Flow = Generator[Invoke | Sleep, Any, _T]
-
-
-@dataclass(frozen=True, slots=True)
-class Raised:
-    """What a step ended with when it raised: thrown into the flow instead of sent."""
-
-    error: Exception
-
-
-_Y = TypeVar("_Y")
-
-
-def resume(flow: Generator[_Y, Any, _T], reply: Any) -> tuple[_Y | None, _T | None]:
-    """Hand ``reply`` to ``flow`` (thrown when it is a :class:`Raised`, sent otherwise): its
-    next step and None, or None and its result once it is done."""
-    try:
-        if isinstance(reply, Raised):
-            return flow.throw(reply.error), None
-        return flow.send(reply), None
-    except StopIteration as done:
-        return None, done.value
-
-
-def perform(step: Invoke | Sleep) -> Any:
-    """One step, blocking: the model's raw output (a call with a timeout runs in a worker
-    thread), None after a sleep, or the call's exception as a :class:`Raised`."""
-    if isinstance(step, Sleep):
-        step.owner.sleep(step.seconds)
-        return None
-    try:
-        invoke = functools.partial(step.runnable.invoke, step.prompt)
-        return call_on_model(invoke, step.timeout, step.lock)
-    except Exception as error:
-        return Raised(error)
-
-
-async def aperform(step: Invoke | Sleep) -> Any:
-    """Async :func:`perform`: ``ainvoke`` and ``asleep``."""
-    if isinstance(step, Sleep):
-        await step.owner.asleep(step.seconds)
-        return None
-    try:
-        if step.lock is not None:  # a sync-only model: in a thread of ours, one call at a time
-            invoke = functools.partial(step.runnable.invoke, step.prompt)
-            return await acall_on_model(invoke, step.timeout, step.lock)
-        return await await_with_timeout(step.runnable.ainvoke(step.prompt), step.timeout)
-    except Exception as error:
-        return Raised(error)
-
-
-def run_sync(flow: Flow[_T]) -> _T:
-    """Drive ``flow`` to its result, performing each step with :func:`perform`."""
-    step, result = resume(flow, None)
-    while step is not None:
-        step, result = resume(flow, perform(step))
-    return cast(_T, result)
-
-
-async def run_async(flow: Flow[_T]) -> _T:
-    """Drive ``flow`` to its result, performing each step with :func:`aperform`."""
-    step, result = resume(flow, None)
-    while step is not None:
-        step, result = resume(flow, await aperform(step))
-    return cast(_T, result)

@@ -9,8 +9,9 @@ The fold is a plan of model calls (:meth:`Summarizer.steps`, a generator with no
 it, one flow (a generator of :class:`~langmem_ext.summarize.flow.Invoke` /
 :class:`~langmem_ext.summarize.flow.Sleep` steps, like httpx's
 ``auth_flow``) holds the retries, the backoff and the fallback; :meth:`Summarizer.fold` (sync)
-and :meth:`Summarizer.afold` (async) are thin drivers that only perform those two kinds of I/O,
-so both share one logic:
+and :meth:`Summarizer.afold` (async) run it with the package's one pair of drivers
+(:mod:`langmem_ext.core.steps`), which only perform those two kinds of I/O, so both share one
+logic:
 
 * every model call has a ``timeout`` (60 s by default: use ``None`` or a much larger one for a
   slow local model); a call that does not answer in time is abandoned and counts as a transient
@@ -45,12 +46,18 @@ from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable
 
+from langmem_ext.core.checks import is_int, is_number
 from langmem_ext.core.fences import neutralize
+from langmem_ext.core.steps import Raised, arun, resume, run
 from langmem_ext.core.text import clip_text, longest_prefix_within
 from langmem_ext.core.tokens import TokenCounter
-from langmem_ext.core.transcript import render_message, render_transcript
+
+# render_message is not used here: it stays bound because
+# tests/summarize/test_summarizer_edges.py::test_one_transcript_renderer checks that this module's
+# renderers are the core ones (drop it together with that assertion)
+from langmem_ext.core.transcript import render_message, render_transcript  # noqa: F401
 from langmem_ext.counting.resolve import CounterLike, as_counter
-from langmem_ext.errors import ModelBusyError, SummarizerError
+from langmem_ext.errors import ModelBusyError, SummarizerError, SummaryRejected
 from langmem_ext.summarize.calls import (
     ContextOverflow,
     ModelCall,
@@ -71,36 +78,27 @@ from langmem_ext.summarize.checks import (
     DEFAULT_CHECKS,
     SummaryCheck,
     SummaryContext,
-    SummaryRejected,
     checks_of,
     first_rejection,
 )
-from langmem_ext.summarize.flow import Flow, Invoke, Raised, Sleep, resume, run_async, run_sync
+from langmem_ext.summarize.flow import Flow, Invoke, Sleep
 from langmem_ext.summarize.prompts import (
     CLIPPED,
     CONTINUED,
     SYSTEM,
-    TEMPLATES,
     section_budgets,
     section_instructions,
 )
 
+# The errors are re-exported under their old names, so existing imports keep working (see
+# langmem_ext.errors); the package itself imports them from langmem_ext.errors.
 __all__ = [
     "DEFAULT_TIMEOUT",
-    "TEMPLATES",
     "ModelBusyError",
-    "ModelCall",
-    "ModelLike",
     "Summarizer",
     "SummarizerError",
     "SummarizerLike",
     "SummaryRejected",
-    "is_context_overflow",
-    "is_transient",
-    "render_message",
-    "render_transcript",
-    "retry_after",
-    "retry_wait",
 ]
 
 logger = logging.getLogger("langmem_ext")
@@ -115,7 +113,7 @@ def _seconds(name: str, value: Any, *, positive: bool = False) -> float:
     """``value`` as a finite number of seconds (>= 0, or > 0 with ``positive``), or an error
     naming the parameter, the value and what is accepted."""
     accepted = "> 0" if positive else ">= 0"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value, finite=False):
         raise TypeError(f"{name} must be a number of seconds {accepted}, got {value!r}")
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         extra = " (or None for no limit)" if name == "timeout" else ""
@@ -239,7 +237,7 @@ class Summarizer:
                 "the instructions and some transcript"
             )
         self.max_input_tokens = max_input_tokens
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        if not is_int(max_attempts, 1):
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         self.retry_initial_wait = _seconds("retry_initial_wait", retry_initial_wait)
         self.retry_max_wait = _seconds("retry_max_wait", retry_max_wait)
@@ -556,13 +554,13 @@ class Summarizer:
         Raises :class:`SummarizerError` when a call fails after its retries and the fallback,
         or when the model's context window is too small even for the smallest input.
         """
-        return run_sync(self._fold_flow(previous, messages))
+        return run(self._fold_flow(previous, messages))
 
     async def afold(
         self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
     ) -> dict[str, str]:
         """Async :meth:`fold`: the same flow, driven with ``ainvoke``."""
-        return await run_async(self._fold_flow(previous, messages))
+        return await arun(self._fold_flow(previous, messages))
 
 
 SummarizerLike = Summarizer | BaseLanguageModel[Any] | Callable[..., Any] | str

@@ -1,7 +1,7 @@
-"""Hardening of the core: state validation, RemoveMessage in the input and the drop-in gaps of
+"""Edge cases of the core: state validation, RemoveMessage in the input and the drop-in gaps of
 the message and counter layers.
 
-Each test is named after the behaviour it pins and fails on the code before the fix.
+Each test is named after the behaviour it pins.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from pydantic import BaseModel
+from strategies_hyp import malformed_histories
 
 from langmem_ext import (
     ApproximateCounter,
@@ -47,7 +48,6 @@ from langmem_ext.core.messages import as_standard, is_human, is_system, role_of
 from langmem_ext.core.state import STATE_VERSION
 from langmem_ext.counting.local import tiktoken_encoding_for
 from langmem_ext.errors import InvalidHistoryError, InvalidStateError
-from tests.strategies_hyp import malformed_histories
 
 # ============================================================================================
 # a corrupted or foreign MemoryState is refused with the field and the value

@@ -10,7 +10,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import Retrieval, RetrievalConfig, SlidingWindow, TokenBudget
-from langmem_ext.core.keys import DEFAULT, MemoryKey, MissingKeyError
+from langmem_ext.core.keys import DEFAULT, MemoryKey
+from langmem_ext.errors import MissingKeyError
 from langmem_ext.integrations.history import ManagedChatMessageHistory
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -1,6 +1,6 @@
-"""Hardening regression tests for the core (plan, fold, strategies, identity, keys).
+"""Edge cases of the core's plan, fold, strategies, identity and keys.
 
-Each test is named after the behaviour it pins; each failed before its fix.
+Each test is named after the behaviour it pins.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from langmem_ext import (
     TokenBudget,
 )
 from langmem_ext.core.fences import neutralize
-from langmem_ext.core.fold import render_summary
+from langmem_ext.core.fold_config import render_summary
 from langmem_ext.core.identity import KeyChain, key_at, keys_between, stable_key
 from langmem_ext.strategies.options import split_policy
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import words
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langmem_ext import (
@@ -24,8 +25,8 @@ from langmem_ext import (
     TieredSummary,
     TokenBudget,
 )
-from langmem_ext.core.fold import FoldConfig
-from langmem_ext.core.plan import CutConfig, ViewLimits
+from langmem_ext.core.fold_config import FoldConfig
+from langmem_ext.core.limits import CutConfig, ViewLimits
 from langmem_ext.core.transitions import (
     FoldDeferred,
     Folded,
@@ -55,10 +56,6 @@ CORE = (
     "strategies/presets.py",
     "core/result.py",
 )
-
-
-def words(message: BaseMessage) -> int:
-    return max(1, len(str(message.content).split()))
 
 
 class ProviderBusy(RuntimeError):

@@ -56,8 +56,9 @@ from langmem_ext import (
     TokenBudget,
     as_counter,
 )
-from langmem_ext.counting.anthropic import AnthropicCounter, TokenCountError
+from langmem_ext.counting.anthropic import AnthropicCounter
 from langmem_ext.counting.calibrated import CalibratedCounter, Correction
+from langmem_ext.errors import TokenCountError
 
 __all__ = ["llm_server"]  # the fixture, re-exported so pytest finds it
 
@@ -98,7 +99,7 @@ def call(name: str, args: dict[str, Any], id: str) -> dict[str, Any]:
     return {"name": name, "args": args, "id": id, "type": "tool_call"}
 
 
-#: conversations in the shapes the issue names; none merges two turns
+#: conversations in the shapes real applications send; none merges two turns
 CONVERSATIONS: dict[str, list[BaseMessage]] = {
     "plain": [
         HumanMessage("Hello there, how are you today?", id="p1"),

@@ -8,7 +8,7 @@ How the blocks run:
   is self-contained.
 * Each section runs in its own temporary working directory: the SQLite files the examples
   create (``before.db``, ``agent.db`` ...) land there, not in the repository.
-* Expected output is checked as in ``tests/docs/test_readme.py`` (its ``expected_lines`` is reused):
+* Expected output is checked as in ``tests/docs/test_readme.py`` (``doc_examples.expected_lines``):
   a ``# ...`` line right after a line that calls ``print(`` (or right after another such line),
   or a trailing comment on the print line itself, must appear in what the block printed. Here
   the expected lines must also appear in the order the comments give them.
@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from test_readme import expected_lines
+from doc_examples import expected_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "migration.md"

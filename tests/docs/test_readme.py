@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from doc_examples import expected_lines
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -31,21 +32,6 @@ def blocks() -> list[tuple[int, str]]:
         (text.count("\n", 0, match.start(1)) + 1, match.group(1))
         for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S)
     ]
-
-
-def expected_lines(code: str) -> list[str]:
-    out: list[str] = []
-    after_print = False
-    for line in code.splitlines():
-        stripped = line.strip()
-        if after_print and stripped.startswith("# "):
-            out.append(stripped[2:].strip())
-            continue
-        after_print = "print(" in stripped and not stripped.startswith("#")
-        if after_print and "#" in stripped.split("print(", 1)[1]:
-            # a trailing comment on the print line itself
-            out.append(stripped.rsplit("#", 1)[1].strip())
-    return out
 
 
 def run_alone(code: str, where: str) -> str:

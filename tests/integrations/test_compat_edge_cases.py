@@ -1,6 +1,5 @@
-"""Hardening of the drop-in ``ConversationSummaryBufferMemory`` (moved here
-from ``tests/integrations/test_history_edge_cases.py``, which keeps the
-``ManagedChatMessageHistory`` parts):
+"""Edge cases of the drop-in ``ConversationSummaryBufferMemory`` (those of
+``ManagedChatMessageHistory`` are in ``tests/integrations/test_history_edge_cases.py``):
 
 * repeated id-less texts ("continue", "Sure.") are never mistaken for each other, and
   the stored watermark is position-safe (version 1 states are still read);

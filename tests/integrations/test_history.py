@@ -62,7 +62,8 @@ from langmem_ext import (
     TokenBudget,
     is_valid,
 )
-from langmem_ext.core.keys import MemoryKey, MissingKeyError
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.errors import MissingKeyError
 from langmem_ext.integrations.history import STATE_ITEM, ManagedChatMessageHistory
 
 WORKER = Path(__file__).resolve().parents[1] / "history_worker.py"

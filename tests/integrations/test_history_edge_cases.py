@@ -1,4 +1,4 @@
-"""Hardening of the stored-history parts: ``ManagedChatMessageHistory`` and the
+"""Edge cases of the stored-history parts: ``ManagedChatMessageHistory`` and the
 drop-in ``ConversationSummaryBufferMemory`` (its tests:
 ``tests/integrations/test_compat_edge_cases.py``).
 
@@ -51,7 +51,8 @@ from langgraph.store.base import Op, Result
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import InvalidHistoryError, SummaryBuffer
-from langmem_ext.core.keys import MemoryKey, MissingKeyError
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.errors import MissingKeyError
 from langmem_ext.integrations.history import ManagedChatMessageHistory
 
 WORKER = Path(__file__).resolve().parents[1] / "history_worker.py"

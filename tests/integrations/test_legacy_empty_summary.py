@@ -10,8 +10,9 @@ import pytest
 from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
+from langmem_ext.errors import SummaryRejected
 from langmem_ext.integrations.legacy import ConversationSummaryBufferMemory
-from langmem_ext.summarize.checks import SummaryContext, SummaryRejected
+from langmem_ext.summarize.checks import SummaryContext
 
 GARBAGE = " ".join(["[b]"] * 150)
 TURNS = [

@@ -36,7 +36,8 @@ from langmem_ext import (
     TokenBudget,
 )
 from langmem_ext.cli import main
-from langmem_ext.integrations.graph import GraphSchemaError, GraphSchemaWarning
+from langmem_ext.errors import GraphSchemaError
+from langmem_ext.integrations.graph import GraphSchemaWarning
 
 ROOT = Path(__file__).resolve().parents[2]
 CI = os.environ.get("CI") == "true"
@@ -258,8 +259,9 @@ def test_cli_relations_between_flags_are_clear_errors(
 
 
 def test_cli_max_tokens_100_is_a_clear_error_in_a_fresh_process() -> None:
-    """The issue's command: it blamed --target-tokens (4,000), which the user never set. Now the
-    defaults scale with --max-tokens and the error names --max-tokens and a value that fits."""
+    """``demo --max-tokens 100`` must not blame --target-tokens (4,000), which the user never
+    set: the defaults scale with --max-tokens and the error names --max-tokens and a value that
+    fits."""
     done = run_python("-m", "langmem_ext", "demo", "--max-tokens", "100", "--every", "0", cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr

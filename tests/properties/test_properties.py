@@ -35,6 +35,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from property_checks import is_marked_clipped
 from strategies_hyp import (
     Spec,
     any_specs,
@@ -138,11 +139,6 @@ def smallest_clip(counter: Any, message: BaseMessage) -> int:
     count = counter.count_message
     clipped = clip_message(message, 0, count)
     return count(message) if clipped is None else min(count(message), count(clipped))
-
-
-def is_marked_clipped(message: BaseMessage) -> bool:
-    meta = message.response_metadata.get("langmem_ext")
-    return isinstance(meta, dict) and "clipped_from_tokens" in meta
 
 
 def same_or_clipped(v: BaseMessage, m: BaseMessage) -> bool:

@@ -24,7 +24,7 @@ from property_harness import (
 )
 
 from langmem_ext import ApproximateCounter
-from langmem_ext.core.fold import render_summary
+from langmem_ext.core.fold_config import render_summary
 
 
 def _sized(kind: type[BaseMessage], n: int, tokens: int) -> BaseMessage:

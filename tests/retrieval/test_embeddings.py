@@ -34,12 +34,8 @@ for _module in ("numpy", "onnxruntime", "tokenizers"):
 
 import numpy as np  # noqa: E402
 
-from langmem_ext.retrieval.embeddings import (  # noqa: E402
-    MINILM_DIMENSIONS,
-    EmbeddingDependencyError,
-    EmbeddingModelNotFoundError,
-    LocalMiniLMEmbeddings,
-)
+from langmem_ext.errors import EmbeddingDependencyError, EmbeddingModelNotFoundError  # noqa: E402
+from langmem_ext.retrieval.embeddings import MINILM_DIMENSIONS, LocalMiniLMEmbeddings  # noqa: E402
 
 README_SENTENCES = [
     "The weather is lovely today.",

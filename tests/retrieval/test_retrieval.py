@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from typing import Any
@@ -17,6 +16,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
 
 from langmem_ext import (
     ApproximateCounter,
@@ -30,7 +30,7 @@ from langmem_ext import (
     validate,
 )
 from langmem_ext.retrieval import RetrievalConfig
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
+from langmem_ext.retrieval.layout import RETRIEVED_ID
 
 COUNTER = ApproximateCounter()
 #: an explicit memory key: Retrieval refuses a defaulted one (it would share memory)
@@ -38,23 +38,10 @@ KEY = MemoryKey("acme", "ann", "chat")
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4
 
 
-def embeddings() -> Any:
-    """The real local model when the embeddings extra is installed (always in CI)."""
-    try:
-        from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
-
-        model = LocalMiniLMEmbeddings()
-        model.load()
-        return model
-    except Exception as error:  # pragma: no cover - depends on the environment
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"the embeddings extra is not usable here: {error}")
-
-
 @pytest.fixture(scope="module")
-def minilm() -> Any:
-    return embeddings()
+def minilm(minilm_embeddings: Any) -> Any:
+    """The session's loaded model (conftest: skipped when not installed, failing under CI)."""
+    return minilm_embeddings
 
 
 def dense_store(embed: Any) -> InMemoryStore:
@@ -104,11 +91,6 @@ def run(strategy: Retrieval, history: list[BaseMessage], **kw: Any) -> Any:
 def ask(strategy: Retrieval, history: list[BaseMessage], question: str, **kw: Any) -> Any:
     state = run(strategy, history, **kw).state
     return strategy.apply([*history, HumanMessage(question, id="q")], state, **kw)
-
-
-def context(result: Any) -> str:
-    found = [m for m in result.messages if m.id == RETRIEVED_ID]
-    return str(found[0].content) if found else ""
 
 
 # --- indexing ------------------------------------------------------------------------------------
@@ -541,7 +523,7 @@ def test_identical_turns_leaving_together_are_indexed(minilm: Any) -> None:
 def _by_hand(strategy: Retrieval, messages: list[BaseMessage], state: Any) -> tuple[Any, list[str]]:
     """A driver that knows nothing of Retrieval: fold requests go to the summarizer, any other
     request runs itself (what the engine's drivers do once they take I/O requests)."""
-    from langmem_ext.core.fold import FoldRequest
+    from langmem_ext.core.fold_config import FoldRequest
     from langmem_ext.core.transitions import Folded
     from langmem_ext.strategies.engine import IoRequest
 
@@ -635,7 +617,7 @@ def test_index_stamps_come_from_the_strategy_clock() -> None:
 def test_retrieval_config_is_frozen_validated_and_resolved() -> None:
     import dataclasses
 
-    from langmem_ext.retrieval.strategy import RetrievalConfig
+    from langmem_ext.retrieval.config import RetrievalConfig
 
     good = ListRetriever(docs=["Returns are accepted within 30 days."])
     strategy = Retrieval(

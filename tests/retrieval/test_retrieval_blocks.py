@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.retrieval import codec, layout
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 KEY = MemoryKey("acme", "ann", "blocks")  # not the other tests' thread (a shared PG schema)
 TURNS = KEY.namespace("turns")
@@ -81,10 +81,6 @@ def make(store: BaseStore, ranking: str, embed: Concepts | None = None, **kw: An
     )  # type: ignore[arg-type]
     strategy.clock = lambda: 1_700_000_000.0
     return strategy
-
-
-def context(result: Any) -> str:
-    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
 
 
 def blocks(store: BaseStore) -> dict[int, Item]:

@@ -5,14 +5,13 @@ lists (O(turns written)), not by scanning the thread (O(turns stored)); a mark t
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.base import GetOp, Op, PutOp, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 ANN = MemoryKey("acme", "ann", "t1")
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4
@@ -39,10 +38,6 @@ def chat(first: int, last: int, facts: dict[int, str]) -> list[BaseMessage]:
             AIMessage(f"Answer {i}. {FILLER}", id=f"a{i}"),
         ]
     return out
-
-
-def context(result: Any) -> str:
-    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
 
 
 def scans(ops: list[Op]) -> list[SearchOp]:

@@ -17,11 +17,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
 
 from langmem_ext import ApproximateCounter, MemoryKey, Retrieval, TokenBudget, validate
 from langmem_ext.retrieval import RetrievalConfig
 from langmem_ext.retrieval.codec import distinct_texts as _distinct_texts
-from langmem_ext.retrieval.strategy import RETRIEVED_ID, asks_about_the_past
+from langmem_ext.retrieval.text import asks_about_the_past
 from langmem_ext.retrieval.text import compact_turn as _compact
 from langmem_ext.retrieval.text import message_parts as _parts
 
@@ -57,10 +58,6 @@ def store(embed: Embeddings | None = None) -> InMemoryStore:
     if embed is None:
         return InMemoryStore()
     return InMemoryStore(index={"dims": len(WORDS) + _OTHER, "embed": embed, "fields": ["text"]})
-
-
-def context(result: Any) -> str:
-    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
 
 
 def chat(turns: int, facts: dict[int, tuple[str, str]]) -> list[BaseMessage]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -25,11 +24,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.base import BaseStore, GetOp, Op, Result
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
+from stores import postgres_store, sqlite_memory_store
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.core.messages import is_valid
 from langmem_ext.retrieval import layout as module
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 #: index blocks of 8 turns (the module's 512 would need thousands of turns per example)
 BLOCK = 8
@@ -74,31 +74,6 @@ def make(store: BaseStore, key: MemoryKey, embed: Any = None) -> Retrieval:
 
 
 # -- stores -----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def sqlite_store() -> Iterator[BaseStore]:
-    from langgraph.store.sqlite import SqliteStore
-
-    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    try:
-        store = SqliteStore(conn)
-        store.setup()
-        yield store
-    finally:
-        conn.close()
-
-
-@contextlib.contextmanager
-def postgres_store(dsn: str) -> Iterator[BaseStore]:
-    import psycopg
-    from langgraph.store.postgres import PostgresStore
-    from psycopg.rows import dict_row
-
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
-        store = PostgresStore(conn)
-        store.setup()
-        yield store
 
 
 def snapshot(store: BaseStore, key: MemoryKey) -> dict[tuple[tuple[str, ...], str], str]:
@@ -165,10 +140,6 @@ def targets(key: MemoryKey) -> list[tuple[tuple[str, ...], str]]:
         (marks, key.labels()[2]),
         (marks, "*"),
     ]
-
-
-def context(result: Any) -> str:
-    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
 
 
 def check_fresh_process(
@@ -266,7 +237,7 @@ def backend_store(backend: str, request: pytest.FixtureRequest) -> Iterator[Base
     if backend == "memory":
         yield InMemoryStore()
     elif backend == "sqlite":
-        with sqlite_store() as store:
+        with sqlite_memory_store() as store:
             yield store
     else:
         with postgres_store(request.getfixturevalue("pg_schema_dsn")) as store:
@@ -286,7 +257,7 @@ def test_a_damaged_stored_value_never_crashes_a_fresh_retrieval_in_memory(
 def test_a_damaged_stored_value_never_crashes_a_fresh_retrieval_on_sqlite(
     where: int, path_pick: int, change: Any
 ) -> None:
-    with sqlite_store() as store:
+    with sqlite_memory_store() as store:
         run_damage_case(store, where, path_pick, change)
 
 

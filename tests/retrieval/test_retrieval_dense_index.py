@@ -20,11 +20,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
 
 from langmem_ext import MemoryKey, MemoryState, Retrieval, TokenBudget
 from langmem_ext.retrieval import RetrievalConfig
+from langmem_ext.retrieval.codec import stored_vectors
 from langmem_ext.retrieval.flows import _StoreFlow
-from langmem_ext.retrieval.strategy import RETRIEVED_ID, stored_vectors
 
 KEY = MemoryKey("acme", "ann", "chat")
 TURNS = KEY.namespace("turns")
@@ -62,10 +63,6 @@ def run(strategy: Retrieval, history: list[BaseMessage], state: Any = None) -> A
 
 def ask(question: str) -> HumanMessage:
     return HumanMessage(question, id="q")
-
-
-def context(result: Any) -> str:
-    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
 
 
 def indexed_store(embed: Embeddings) -> InMemoryStore:

@@ -1,4 +1,4 @@
-"""Hardening of Retrieval, each behaviour pinned by a test named after it.
+"""Retrieval's edge cases, each behaviour pinned by a test named after it.
 
 - retrieved text cannot break out of the context message's fences;
 - id-less turns with repeated texts ("continue") are each indexed exactly once, and a
@@ -33,6 +33,7 @@ from langchain_core.retrievers import BaseRetriever
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import GetOp, SearchOp
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
 
 from langmem_ext import (
     MemoryKey,
@@ -45,16 +46,11 @@ from langmem_ext import (
     TokenBudget,
 )
 from langmem_ext.retrieval import RetrievalConfig
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
+from langmem_ext.retrieval.layout import RETRIEVED_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4
 ANN = MemoryKey("acme", "ann", "t1")
-
-
-def context(result: Any) -> str:
-    found = [m for m in result.messages if m.id == RETRIEVED_ID]
-    return str(found[0].content) if found else ""
 
 
 def turns(first: int, last: int, facts: dict[int, str], prefix: str = "") -> list[BaseMessage]:

@@ -5,16 +5,14 @@ retrieved (as one line) when a later question needs them and the summary no long
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, SummaryBuffer
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
+from langmem_ext.retrieval.layout import RETRIEVED_ID
 from langmem_ext.summarize.summarizer import Summarizer
 
 ANN = MemoryKey("acme", "ann", "t1")
@@ -48,19 +46,6 @@ class Scripted(Summarizer):
         self, previous: Mapping[str, str], messages: Sequence[BaseMessage]
     ) -> dict[str, str]:
         return self._next()
-
-
-def minilm() -> Any:
-    try:
-        from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
-
-        model = LocalMiniLMEmbeddings()
-        model.load()
-        return model
-    except Exception as error:  # pragma: no cover - depends on the environment
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"the embeddings extra is not usable here: {error}")
 
 
 def histories(turns: int) -> Iterator[list[BaseMessage]]:
@@ -117,8 +102,10 @@ def test_facts_are_isolated_by_key() -> None:
     assert "4417" not in "".join(str(m.content) for m in asked.messages)
 
 
-def test_a_fact_the_summary_dropped_comes_back_for_a_paraphrased_question() -> None:
-    store = InMemoryStore(index={"dims": 384, "embed": minilm(), "fields": ["text"]})
+def test_a_fact_the_summary_dropped_comes_back_for_a_paraphrased_question(
+    minilm_embeddings: Any,
+) -> None:
+    store = InMemoryStore(index={"dims": 384, "embed": minilm_embeddings, "fields": ["text"]})
     # the first folds remember the locker; later ones have forgotten it (summaries drift)
     script = [f"- {LOCKER}"] * 2 + ["- The user is planning a trip to Portugal."]
     retrieval, summarizer = strategy(store, script)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
-from langmem_ext.core.keys import MissingKeyError
+from langmem_ext.errors import MissingKeyError
 from langmem_ext.retrieval import RetrievalConfig
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 FILLER = "we talked about the weather, the sea and the boats in the harbour"
 
@@ -34,10 +34,6 @@ def alice_history(prefix: str) -> list[BaseMessage]:
 
 def retrieval(store: InMemoryStore, scope: str, key: MemoryKey | None = None, **kw: Any) -> Any:
     return Retrieval(TokenBudget(600), store=store, scope=scope, gate="always", key=key, **kw)
-
-
-def context(result: Any) -> str:
-    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
 
 
 QUESTION = HumanMessage("what was my locker code at the gym?", id="q")

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from langmem_ext import MemoryKey, Retrieval, TiktokenCounter, TokenBudget
 from langmem_ext.retrieval import RetrievalConfig
-from langmem_ext.retrieval.strategy import stored_vectors
+from langmem_ext.retrieval.codec import stored_vectors
 
 KEY = MemoryKey("acme", "ann", "prefetch")
 WORDS = "harbour boats lanterns ferry captain Porto locker tide anchor gull rope sail".split()

@@ -8,7 +8,6 @@ tail again and scan nothing."""
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -20,11 +19,12 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.base import BaseStore, Op, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
+from retrieval_views import context
+from stores import sqlite_file_store
 
 from langmem_ext import MemoryKey, MemoryState, Retrieval, TokenBudget
 from langmem_ext.retrieval import layout as module
 from langmem_ext.retrieval.index import STALE_MARK
-from langmem_ext.retrieval.strategy import RETRIEVED_ID
 
 KEY = MemoryKey("acme", "sam", "stale-index")
 TURNS = KEY.namespace("turns")
@@ -50,10 +50,6 @@ def make(store: BaseStore) -> Retrieval:
     strategy = Retrieval(TokenBudget(400), store=store, key=KEY, ranking="bm25", gate="always")
     strategy.clock = lambda: 1_700_000_000.0
     return strategy
-
-
-def context(result: Any) -> str:
-    return next((str(m.content) for m in result.messages if m.id == RETRIEVED_ID), "")
 
 
 class Recording(BaseStore):
@@ -82,18 +78,8 @@ def sync_store(backend: str) -> Iterator[BaseStore]:
     if backend == "memory":
         yield InMemoryStore()
         return
-    from langgraph.store.sqlite import SqliteStore
-
-    with tempfile.TemporaryDirectory() as folder:
-        conn = sqlite3.connect(
-            str(Path(folder) / "store.sqlite"), check_same_thread=False, isolation_level=None
-        )
-        try:
-            store = SqliteStore(conn)
-            store.setup()
-            yield store
-        finally:
-            conn.close()
+    with sqlite_file_store() as store:
+        yield store
 
 
 @asynccontextmanager

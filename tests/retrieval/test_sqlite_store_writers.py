@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from langgraph.store.base import Op, Result
 from langgraph.store.memory import InMemoryStore
+from subprocesses import run_python
 
 from langmem_ext.retrieval import flows as module
-from tests.subprocesses import run_python
 
 ROUNDS = 150
 WRITER = textwrap.dedent(

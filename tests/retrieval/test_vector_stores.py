@@ -34,7 +34,8 @@ from langchain_core.embeddings import Embeddings  # noqa: E402
 from langgraph.store.memory import InMemoryStore  # noqa: E402
 from langgraph.store.sqlite import SqliteStore  # noqa: E402
 
-from langmem_ext.retrieval.embeddings import EmbeddingModelNotFoundError, LocalMiniLMEmbeddings  # noqa: E402
+from langmem_ext.errors import EmbeddingModelNotFoundError  # noqa: E402
+from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings  # noqa: E402
 
 MEMORIES = {
     ("alice", "memories"): {

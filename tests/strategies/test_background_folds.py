@@ -51,6 +51,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.store.memory import InMemoryStore
+from long_turns_hyp import long_runs
 from property_checks import (
     NOT_SHOWN_NOTE,
     check_budget,
@@ -98,11 +99,11 @@ from langmem_ext import (
     TieredSummary,
     ToolDigest,
 )
-from langmem_ext.core.fold import FoldRequest
+from langmem_ext.core.fold_config import FoldRequest
 from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldOutcome
-from langmem_ext.strategies.engine import Strategy, _jobs_of
+from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.folding import _jobs_of
 from langmem_ext.strategies.options import split_policy
-from tests.properties.test_properties_long_turns import long_runs
 
 COUNTER = ApproximateCounter()
 #: the name of the threads background folds run in (one per job, engine._Jobs)

@@ -30,7 +30,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langmem_ext import ApproximateCounter, FoldPolicy, Summarizer, SummaryBuffer
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.strategies.engine import Strategy, _jobs_of, job_deadline
+from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.folding import _jobs_of, job_deadline
 
 COUNTER = ApproximateCounter()
 #: the summarizer's timeout in these tests (seconds)

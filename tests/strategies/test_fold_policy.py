@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import pytest
+from fakes import words
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langmem_ext import (
@@ -28,10 +29,6 @@ from langmem_ext.replay.specs import SpecError, parse_strategy
 from langmem_ext.strategies.options import POLICY_FIELDS, split_policy
 
 CLASSES = {"SummaryBuffer": SummaryBuffer, "Compacting": Compacting, "TieredSummary": TieredSummary}
-
-
-def words(message: BaseMessage) -> int:
-    return max(1, len(str(message.content).split()))
 
 
 def summarize(_: object) -> str:

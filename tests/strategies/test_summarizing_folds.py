@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import pytest
+from fakes import words
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -32,10 +33,6 @@ from langmem_ext import (
     TieredSummary,
     validate,
 )
-
-
-def words(message: BaseMessage) -> int:
-    return max(1, len(str(message.content).split()))
 
 
 def W() -> CallableCounter:

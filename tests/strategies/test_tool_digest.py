@@ -12,9 +12,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from fakes import ScriptedSummarizer, SummaryModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from test_long_agent_turns import (
+from agent_turns import (
     REQUEST,
     SYS,
     Call,
@@ -23,8 +21,9 @@ from test_long_agent_turns import (
     read_ids,
     shown_ids,
     tool_round,
-    words,
 )
+from fakes import ScriptedSummarizer, SummaryModel, words
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from langmem_ext import (
     CallableCounter,

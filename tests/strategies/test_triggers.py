@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langmem_ext import Compacting, FoldPolicy, Summarizer, SummaryBuffer, TieredSummary
 from langmem_ext.core.transitions import removals_for_rewrite
-from langmem_ext.summarize.summarizer import TEMPLATES
+from langmem_ext.summarize.prompts import TEMPLATES
 
 
 def chat(n: int) -> list[BaseMessage]:

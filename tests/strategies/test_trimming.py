@@ -10,6 +10,7 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
+from fakes import words
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langmem_ext import (
@@ -21,10 +22,6 @@ from langmem_ext import (
     TokenBudget,
     validate,
 )
-
-
-def words(message: BaseMessage) -> int:
-    return max(1, len(str(message.content).split()))
 
 
 def W(**kwargs: Any) -> CallableCounter:

@@ -33,7 +33,8 @@ from langmem_ext.summarize.extractive import (
     ExtractiveSummarizer,
     extract_summary,
 )
-from langmem_ext.summarize.summarizer import TEMPLATES, Summarizer
+from langmem_ext.summarize.prompts import TEMPLATES
+from langmem_ext.summarize.summarizer import Summarizer
 
 _CLIPPED_BY_SUMMARIZER = "summary clipped by langmem_ext"
 

@@ -10,7 +10,8 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from langmem_ext import ApproximateCounter, Summarizer, SummarizerError
-from langmem_ext.summarize.summarizer import is_transient, render_transcript
+from langmem_ext.core.transcript import render_transcript
+from langmem_ext.summarize.calls import is_transient
 
 
 def transcript(prompt: list[BaseMessage]) -> str:

@@ -29,9 +29,10 @@ from langmem_ext.counting import cache as tokens
 from langmem_ext.counting.cache import CachedCounter
 from langmem_ext.counting.local import ApproximateCounter
 from langmem_ext.counting.resolve import as_counter
+from langmem_ext.errors import SummarizerError
 from langmem_ext.summarize import summarizer as summarize
 from langmem_ext.summarize.flow import Sleep
-from langmem_ext.summarize.summarizer import Summarizer, SummarizerError
+from langmem_ext.summarize.summarizer import Summarizer
 
 PACKAGE = Path(langmem_ext.__file__).parent
 

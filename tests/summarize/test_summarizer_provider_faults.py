@@ -1,6 +1,6 @@
-"""Hardening of the summarizer: fences in the summarizer's prompts (the transcript half), and the
-summarizer's timeout and provider faults (Retry-After, SDK retries, malformed answers,
-context-length errors).
+"""The summarizer under hostile input and failing providers: fences in the summarizer's prompts
+(the transcript half), and the summarizer's timeout and provider faults (Retry-After, SDK
+retries, malformed answers, context-length errors).
 
 The wire tests drive the real ``langchain-openai`` / ``langchain-anthropic`` clients against the
 fake server of tests/llm_server.py, sync and async. Waits between attempts go through
@@ -26,7 +26,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 from llm_server import MODES, FakeLLMServer, Fault, llm_server, over_the_wire
-from test_wire import (
+from wire_helpers import (
     Clock,
     assert_nothing_lost,
     folded_part,

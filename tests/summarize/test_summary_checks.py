@@ -13,11 +13,12 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langmem_ext import Summarizer, SummarizerError
+from langmem_ext.errors import SummaryRejected
 from langmem_ext.strategies import FoldPolicy, SummaryBuffer
+from langmem_ext.summarize.calls import ModelCall, is_transient
 from langmem_ext.summarize.checks import (
     DEFAULT_CHECKS,
     SummaryContext,
-    SummaryRejected,
     check_echo,
     check_length,
     check_repetition,
@@ -26,7 +27,7 @@ from langmem_ext.summarize.checks import (
     first_rejection,
 )
 from langmem_ext.summarize.extractive import ExtractiveSummarizer
-from langmem_ext.summarize.summarizer import TEMPLATES, ModelCall, is_transient
+from langmem_ext.summarize.prompts import TEMPLATES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "summary_validation.md"
 

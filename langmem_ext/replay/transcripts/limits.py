@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from langmem_ext.core.checks import require_int
 from langmem_ext.core.text import json_too_deep
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_JSON_DEPTH", "loads_bounded", "read_bounded"]
@@ -81,8 +82,7 @@ def read_bounded(
     ``fail(problem)``. The file is opened without blocking and checked before it is read, so a
     named pipe with no writer, a device (``/dev/zero``) or a socket is refused at once, never
     read until a hang or ``MemoryError``; a file growing while read still stops at the limit."""
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise ValueError(f"max_bytes must be an integer >= 1, got {max_bytes!r}")
+    require_int("max_bytes", max_bytes, 1)
     source = os.fspath(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
