@@ -8,7 +8,7 @@ them on a tiny package built under ``tmp_path`` with one deliberate violation.
 The rules:
 
 * **Layers** (:func:`layer_findings`): every subpackage is a layer declared in :data:`LAYERS`
-  (``ALLOWED`` of ``tests/test_layout.py``) with the layers it may import; every top-level
+  (:data:`ALLOWED`) with the layers it may import; every top-level
   module is an entry point declared in :data:`ENTRY_POINTS`. A layer imports only what its row
   allows (every import counts: module level, in a function, under ``if TYPE_CHECKING:``), and
   never an entry point but ``errors``.
@@ -46,15 +46,37 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from test_layout import ALLOWED
-
-#: layer -> the layers and top-level modules it may import (``errors`` is the shared leaf of
-#: exceptions): the table of ``tests/test_layout.py`` (one table, so the two tests cannot
-#: disagree), with ``replay`` added when that table does not name it yet. A new subpackage of
-#: langmem_ext gets a row in ``ALLOWED`` there.
+#: layer -> the layers it may import (``errors`` is the shared leaf of exceptions), lowest first:
+#: the one table of the package's layers (``tests/test_layout.py`` checks it too). A new
+#: subpackage of langmem_ext gets a row here.
+ALLOWED: dict[str, set[str]] = {
+    "core": {"core", "errors"},
+    "counting": {"core", "counting", "errors"},
+    "summarize": {"core", "counting", "summarize", "errors"},
+    "strategies": {"core", "counting", "summarize", "strategies", "errors"},
+    "retrieval": {"core", "counting", "strategies", "retrieval", "errors"},
+    "integrations": {
+        "core",
+        "counting",
+        "summarize",
+        "strategies",
+        "retrieval",
+        "integrations",
+        "errors",
+    },
+    # replay runs every strategy over saved conversations: it may import every layer below it
+    "replay": {
+        "core",
+        "counting",
+        "summarize",
+        "strategies",
+        "retrieval",
+        "integrations",
+        "replay",
+        "errors",
+    },
+}
 LAYERS: dict[str, frozenset[str]] = {layer: frozenset(row) for layer, row in ALLOWED.items()}
-# replay runs every strategy over saved conversations: it may import every layer below it
-LAYERS.setdefault("replay", frozenset({*ALLOWED, "replay", "errors"}))
 #: the top-level modules: the public API, the exception hierarchy, the command line, the test
 #: doubles and the drop-in's documented import path. They may import any layer.
 ENTRY_POINTS = frozenset({"__init__", "__main__", "cli", "compat", "errors", "testing"})
@@ -72,7 +94,7 @@ REEXPORTERS = frozenset({"compat"})
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 60
 #: where a new layer is declared (said by the finding for an undeclared subpackage)
-DECLARE_AT = "ALLOWED in tests/test_layout.py"
+DECLARE_AT = "ALLOWED in tests/layout_checks.py"
 
 
 @dataclass(frozen=True, order=True)

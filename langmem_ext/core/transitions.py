@@ -350,6 +350,20 @@ def without_stale_keys(state: MemoryState, kept_messages: Sequence[BaseMessage])
     )
 
 
+def _plan_position(
+    keys: KeyChain, seen: int, seen_tokens: int, cut_index: int | None
+) -> dict[str, Any]:
+    """What a plan's next state knows (``seen`` messages costing ``seen_tokens``) and where its
+    view starts (``cut_index``; None: no cut), each position with its message's key."""
+    return {
+        "seen": seen,
+        "seen_tokens": seen_tokens,
+        "seen_key": keys(seen - 1) if seen else None,
+        "cut_index": cut_index,
+        "cut_key": keys(cut_index) if cut_index is not None else None,
+    }
+
+
 def after_cut(
     state: MemoryState,
     keys: KeyChain,
@@ -366,11 +380,7 @@ def after_cut(
     return _move(
         state,
         "after_cut",
-        seen=seen,
-        seen_tokens=seen_tokens,
-        seen_key=keys(seen - 1) if seen else None,
-        cut_index=cut_index,
-        cut_key=keys(cut_index) if cut_index is not None else None,
+        **_plan_position(keys, seen, seen_tokens, cut_index),
         digested=digested,
         digests=digests,
     )
@@ -397,11 +407,7 @@ def after_fold_plan(
     return _move(
         state,
         "after_fold_plan",
-        seen=seen,
-        seen_tokens=seen_tokens,
-        seen_key=keys(seen - 1) if seen else None,
-        cut_index=None,
-        cut_key=None,
+        **_plan_position(keys, seen, seen_tokens, None),
         summary=tuple(sections.items()),
         folded=boundary - body_start,
         folded_key=keys(boundary - 1) if boundary > body_start else None,

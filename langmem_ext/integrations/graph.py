@@ -204,33 +204,39 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         if not callable(read) or not _has_channel(read, self.messages_key):
             return
         node = (config.get("metadata") or {}).get("langgraph_node")
-        where = f"MemoryNode {node!r}" if isinstance(node, str) else "MemoryNode"
-        escape = "If you call the node yourself and use the returned dict, pass check_schema=False."
+        node = node if isinstance(node, str) else None
+        where = "MemoryNode" if node is None else f"MemoryNode {node!r}"
+
+        def refused(channel: str, problem: str, fix: str) -> GraphSchemaError:
+            return GraphSchemaError(
+                f"{where} {problem} {_SCHEMA_FIX}; or set {fix}. If you call the node yourself "
+                "and use the returned dict, pass check_schema=False.",
+                channel=channel,
+                node=node,
+            )
+
         if _has_channel(read, self.output_key) is False:
             lost = (
                 "the model gets the full history instead"
                 if self.mode == "view"
                 else "the model never sees the summary or the clipped messages"
             )
-            raise GraphSchemaError(
-                f"{where} writes the view for the model to {self.output_key!r}, but the graph's "
-                f"state has no {self.output_key!r} channel: LangGraph drops the write and {lost}. "
-                f"{_SCHEMA_FIX}; or set output_key= to the channel your model node reads. "
-                f"{escape}",
-                channel=self.output_key,
-                node=node if isinstance(node, str) else None,
+            raise refused(
+                self.output_key,
+                f"writes the view for the model to {self.output_key!r}, but the graph's state "
+                f"has no {self.output_key!r} channel: LangGraph drops the write and {lost}.",
+                "output_key= to the channel your model node reads",
             )
         if _has_channel(read, self.state_key) is not False:
             return
         if self.mode == "rewrite" and self.strategy.summarizer is not None:
-            raise GraphSchemaError(
-                f"{where} (mode='rewrite') removes summarized messages from {self.messages_key!r} "
-                f"and keeps their summary in {self.state_key!r}, but the graph's state has no "
+            raise refused(
+                self.state_key,
+                f"(mode='rewrite') removes summarized messages from {self.messages_key!r} and "
+                f"keeps their summary in {self.state_key!r}, but the graph's state has no "
                 f"{self.state_key!r} channel: LangGraph drops it, so the summary would be lost "
-                f"with the messages. {_SCHEMA_FIX}; or set state_key= to a channel of yours "
-                f"(a JSON dict, newest value wins). {escape}",
-                channel=self.state_key,
-                node=node if isinstance(node, str) else None,
+                "with the messages.",
+                "state_key= to a channel of yours (a JSON dict, newest value wins)",
             )
         if not self._warned:
             self._warned = True

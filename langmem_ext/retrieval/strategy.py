@@ -104,7 +104,6 @@ from langmem_ext.retrieval.text import (
 from langmem_ext.retrieval.writes import (
     fact_writes,
     facts_io,
-    turn_write,
     turns_to_index,
     write_io,
 )
@@ -412,7 +411,8 @@ class Retrieval(Strategy, Folding):
                 yield _StoreFlow(self.store, flow, True, self._embeddings)
         query = self._query(messages)
         if query is None:
-            return self._prefetched(self._compose(inner, after, [], (), count), ahead)
+            empty = compose(self.config, self.counter, inner, after, [], (), count)
+            return self._prefetched(empty, ahead)
         c = self.config
         turns, outcomes = yield _Together(
             _StoreFlow(
@@ -427,7 +427,8 @@ class Retrieval(Strategy, Folding):
         passages, errors = source_passages(c, outcomes)
         # a fact the view's summary still shows is not retrieved again
         picked = self._fuse(turns, passages, indexing.shown | set(in_summary))
-        return self._prefetched(self._compose(inner, after, picked, errors, count, query), ahead)
+        composed = compose(self.config, self.counter, inner, after, picked, errors, count, query)
+        return self._prefetched(composed, ahead)
 
     def _prefetched(self, result: MemoryResult, ahead: list[str]) -> MemoryResult:
         """``result``, once the embedding of ``ahead`` (``prefetch_embeddings``) started: last,
@@ -532,19 +533,6 @@ class Retrieval(Strategy, Folding):
         """The memory index's rankings of ``query`` (see :func:`~.search.turns_io`)."""
         return turns_io(self._setup, query, key, known)
 
-    def _turn_write(
-        self,
-        key: MemoryKey,
-        seq: int,
-        text: str,
-        prev: str,
-        ids: list[str],
-        now: float,
-        parts: list[str],
-    ) -> PutOp:
-        """The write of one turn (see :func:`~.writes.turn_write`)."""
-        return turn_write(self._setup, key, seq, text, prev, ids, now, parts)
-
     def _fuse(
         self,
         turns: list[tuple[float, list[Candidate]]],
@@ -553,15 +541,3 @@ class Retrieval(Strategy, Folding):
     ) -> list[Candidate]:
         """Every ranking fused (see :func:`~.compose.fuse`)."""
         return fuse(self.config, turns, passages, shown)
-
-    def _compose(
-        self,
-        inner: MemoryResult,
-        state: MemoryState,
-        picked: Sequence[Candidate],
-        errors: tuple[str, ...],
-        indexed: int,
-        query: str = "",
-    ) -> MemoryResult:
-        """The inner view with the context message (see :func:`~.compose.compose`)."""
-        return compose(self.config, self.counter, inner, state, picked, errors, indexed, query)

@@ -25,6 +25,7 @@ from langmem_ext.retrieval.codec import distinct_texts as _distinct_texts
 from langmem_ext.retrieval.text import asks_about_the_past
 from langmem_ext.retrieval.text import compact_turn as _compact
 from langmem_ext.retrieval.text import message_parts as _parts
+from langmem_ext.retrieval.writes import turn_write
 
 KEY = MemoryKey("acme", "ann", "t1")
 FILLER = "we talked about the weather, the sea and the boats in the harbour"
@@ -185,7 +186,9 @@ def test_writes_never_embed_one_text_twice_in_a_batch() -> None:
     ]
     strategy = Retrieval(TokenBudget(900), store=store(BagOfWords()), key=KEY)
     ops = [
-        strategy._turn_write(KEY, i, "t", "", [f"h{i}"], 0.0, _parts(history[2 * i : 2 * i + 2]))
+        turn_write(
+            strategy._setup, KEY, i, "t", "", [f"h{i}"], 0.0, _parts(history[2 * i : 2 * i + 2])
+        )
         for i in range(2)
     ]
     batches = _distinct_texts(ops)

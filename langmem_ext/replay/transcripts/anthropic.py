@@ -22,7 +22,13 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langmem_ext.replay.transcripts.reading import Document, Loc, TranscriptError, preview
+from langmem_ext.replay.transcripts.reading import (
+    Document,
+    Loc,
+    TranscriptError,
+    preview,
+    role_items,
+)
 
 __all__ = ["is_anthropic", "parse_anthropic"]
 
@@ -144,14 +150,7 @@ def _user(blocks: list[Any], fail: _Fail) -> list[BaseMessage]:
 
 def parse_anthropic(doc: Document, source: str) -> list[tuple[BaseMessage, Loc]]:
     out = _system(doc, source)
-    for item, loc in doc.items:
-
-        def fail(problem: str, loc: Loc = loc) -> TranscriptError:
-            return TranscriptError(source, problem, line=loc.line, item=loc.item)
-
-        if not isinstance(item, dict) or "role" not in item:
-            raise fail(f"not an Anthropic message (no 'role'): {preview(item)}")
-        role = item["role"]
+    for item, role, loc, fail in role_items(doc, source, "an Anthropic message"):
         if role not in _ANTHROPIC_ROLES:
             raise fail(
                 f"unknown role {role!r} (Anthropic roles: user, assistant; the system prompt "

@@ -19,6 +19,7 @@ from langmem_ext.replay.transcripts.reading import (
     TranscriptError,
     first_line,
     preview,
+    role_items,
 )
 
 __all__ = ["parse_openai"]
@@ -79,14 +80,7 @@ def _message(item: dict[str, Any], fail: Callable[[str], TranscriptError]) -> Ba
 
 def parse_openai(doc: Document, source: str) -> list[tuple[BaseMessage, Loc]]:
     out: list[tuple[BaseMessage, Loc]] = []
-    for item, loc in doc.items:
-
-        def fail(problem: str, loc: Loc = loc) -> TranscriptError:
-            return TranscriptError(source, problem, line=loc.line, item=loc.item)
-
-        if not isinstance(item, dict) or "role" not in item:
-            raise fail(f"not an OpenAI chat message (no 'role'): {preview(item)}")
-        role = item["role"]
+    for item, role, loc, fail in role_items(doc, source, "an OpenAI chat message"):
         if role == "function" or "function_call" in item:
             raise fail(
                 "legacy OpenAI function calling (role 'function' / 'function_call') is not "

@@ -5,7 +5,7 @@ returned (see :mod:`langmem_ext.replay.transcripts` for the rules)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ __all__ = [
     "id_stem",
     "preview",
     "read_items",
+    "role_items",
     "with_ids",
 ]
 
@@ -105,6 +106,22 @@ def preview(value: Any, limit: int = 80) -> str:
     except (TypeError, ValueError):  # pragma: no cover - json.dumps with default=repr
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def role_items(
+    doc: Document, source: str, what: str
+) -> Iterator[tuple[dict[str, Any], str, Loc, Callable[[str], TranscriptError]]]:
+    """The items of a role-keyed format (OpenAI, Anthropic), in order: each with its role, where
+    it is, and a maker of errors located there. An item with no ``role`` is refused as not
+    ``what`` (``"an OpenAI chat message"``)."""
+    for item, loc in doc.items:
+
+        def fail(problem: str, loc: Loc = loc) -> TranscriptError:
+            return TranscriptError(source, problem, line=loc.line, item=loc.item)
+
+        if not isinstance(item, dict) or "role" not in item:
+            raise fail(f"not {what} (no 'role'): {preview(item)}")
+        yield item, item["role"], loc, fail
 
 
 def id_stem(source: str) -> str:
