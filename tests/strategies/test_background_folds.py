@@ -460,6 +460,9 @@ def build_strategy(case: Case, model: Any, clock: Clock, folds: list[FoldCall]) 
             "fallback": False,
         }
     fallback = model if wrap.pop("fallback") else None
+    # the fake's answers are markers and filler, not summaries (as in Case.build): no summary
+    # checks, or an over-budget answer is rejected as repetition where the checks expect a
+    # compress call (the fallback inherits validate)
     summarizer = RecordingSummarizer(
         model,
         folds=folds,
@@ -467,6 +470,7 @@ def build_strategy(case: Case, model: Any, clock: Clock, folds: list[FoldCall]) 
         fallback=fallback,
         retry_initial_wait=0.0,
         retry_max_wait=0.0,
+        validate=None,
         **wrap,
     )
     if case.kind != "compacting":
@@ -898,6 +902,40 @@ class Chat:
     def crosses(self) -> bool:
         """Whether a call on the history now would be over the fold trigger (read-only)."""
         return self.strategy.view(self.history, self.state).report.trigger is not None
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bare-model", "with-fallback"])
+def test_the_machines_summarizer_takes_an_over_budget_answer_and_compresses_it(
+    wrapped: bool,
+) -> None:
+    """The rule-based machines check the fold mechanics, not what a summary says: like
+    :meth:`Case.build`, :func:`build_strategy` gives the summarizer (and its fallback) no
+    summary checks. The fake's over-budget answer ("long": its marker and 700 x "filler") is
+    then taken, and the next call compresses it. With the default checks it was rejected as
+    degenerate repetition and the same prompt went again to the model or its fallback, which
+    the checks (counting a "long" call as answered) report as a chain not carried on
+    (``check_chained``) or as messages read twice (``check_folded_exactly_once``). Which
+    generated examples reached that depended on the modules imported before the test:
+    hypothesis also draws from the constants of the project's loaded modules."""
+    wrap = None
+    if wrapped:
+        wrap = (
+            ("fallback", True),
+            ("max_attempts", 1),
+            ("max_input_tokens", 16_000),
+            ("max_summary_tokens", 200),
+            ("templates", ("conversation",)),
+        )
+    kwargs = (("max_summary_tokens", 200), ("max_tokens", 1_000))
+    case = Case("buffer", kwargs, wrap, (), (), ())
+    model = GatedModel(inline=("long", "ok"))
+    folds: list[FoldCall] = []
+    strategy = build_strategy(case, model, Clock(1_000.0), folds)
+    sections = strategy.summarizer.fold({}, chat(3))
+    (fold,) = folds
+    assert [(c.kind, c.action) for c in fold.calls] == [("fold", "long"), ("compress", "ok")]
+    assert fold.calls[1].given == fold.calls[0].answer
+    assert sections == {"conversation": fold.calls[1].answer}
 
 
 def test_crossing_call_adopts_a_finished_background_fold_without_a_summarizer_call() -> None:
