@@ -5,6 +5,7 @@ summarizer that records which markers it was shown, and a chat model that answer
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ __all__ = ["Conversation", "FakeChatModel", "MarkerTrackingSummarizer", "marked_
 
 
 _MARKER = re.compile(r"\bm(\d+):")
+_WORD = re.compile(r"[A-Za-z]+")
 
 
 _CLIP_NOTE = "characters clipped by langmem_ext"
@@ -109,6 +111,27 @@ _FILLER = (
 )
 
 
+def _summary_body(messages: list[BaseMessage], chars: int, seed: int) -> str:
+    """About ``chars`` characters of marker-free text made of the input's own words, in short
+    sentences drawn without a pattern: what a summary looks like to the summary checks
+    (``langmem_ext.summarize.checks``: no degenerate repetition, words shared with the input, not
+    an echo of the prompt), so the strategies' folds succeed as with a real model."""
+    words = (
+        sorted(
+            {w for m in messages for w in _WORD.findall(_MARKER.sub(" ", _text(m))) if len(w) > 3}
+        )
+        or _FILLER.split()
+    )
+    rng = random.Random(seed)
+    sentences: list[str] = []
+    size = 0
+    while size < chars:
+        sentence = " ".join(rng.choice(words) for _ in range(7)).capitalize() + "."
+        sentences.append(sentence)
+        size += len(sentence) + 1
+    return " ".join(sentences)[:chars].rstrip()
+
+
 def _as_messages(prompt: Any) -> list[BaseMessage]:
     if isinstance(prompt, str):
         return [HumanMessage(prompt)]
@@ -148,8 +171,7 @@ class MarkerTrackingSummarizer:
             self.seen[number] += 1
         head = f"Summary #{self.calls} of {len(found)} new messages. "
         chars = max(self.summary_tokens * 4 - len(head), 0)
-        body = (_FILLER * (chars // len(_FILLER) + 1))[:chars]
-        text = head + body.rstrip()
+        text = head + _summary_body(messages, chars, self.calls)
         self.seconds += time.perf_counter() - start
         return text
 
