@@ -36,7 +36,8 @@ from langmem_ext.integrations.graph import (
     MemoryNode,
 )
 from langmem_ext.integrations.history import ManagedChatMessageHistory
-from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
+from langmem_ext.retrieval.config import RetrievalConfig
+from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.vectors import VectorIndex
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.options import FoldPolicy

@@ -14,7 +14,8 @@ Retrieval sits above :mod:`langmem_ext.strategies` (it wraps a strategy and is d
 engine) and below :mod:`langmem_ext.integrations`. See ``docs/architecture.md``.
 """
 
-from langmem_ext.retrieval.strategy import Retrieval, RetrievalConfig
+from langmem_ext.retrieval.config import RetrievalConfig
+from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.vectors import VectorIndex
 
 __all__ = ["Retrieval", "RetrievalConfig", "VectorIndex"]

@@ -67,12 +67,9 @@ from langmem_ext.core.keys import DEFAULT, MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.steps import DECLINED
-from langmem_ext.retrieval.codec import model_id, stored_vectors
+from langmem_ext.retrieval.codec import model_id
 from langmem_ext.retrieval.compose import compose, fuse, source_passages
 from langmem_ext.retrieval.config import (
-    DENSE_WEIGHT,
-    RRF_K,
-    DenseIndex,
     Gate,
     Ranking,
     RetrievalConfig,
@@ -90,7 +87,6 @@ from langmem_ext.retrieval.config import (
 )
 from langmem_ext.retrieval.flows import Io, _SourceSearch, _StoreFlow, _Together
 from langmem_ext.retrieval.index import Candidate, Faults, IndexSetup
-from langmem_ext.retrieval.layout import FACT_SECTIONS, RETRIEVED_ID
 from langmem_ext.retrieval.prefetch import Prefetch, Prefetched, upcoming
 from langmem_ext.retrieval.search import turns_io
 from langmem_ext.retrieval.text import (
@@ -98,7 +94,6 @@ from langmem_ext.retrieval.text import (
     asks_about_the_past,
     last_human,
     message_text,
-    render_turn,
     summary_facts,
 )
 from langmem_ext.retrieval.writes import (
@@ -110,21 +105,7 @@ from langmem_ext.retrieval.writes import (
 from langmem_ext.strategies.engine import Plan, Request, Strategy
 from langmem_ext.strategies.folding import Folding
 
-__all__ = [
-    "DENSE_WEIGHT",
-    "FACT_SECTIONS",
-    "RETRIEVED_ID",
-    "RRF_K",
-    "DenseIndex",
-    "Gate",
-    "Ranking",
-    "Retrieval",
-    "RetrievalConfig",
-    "Scope",
-    "asks_about_the_past",
-    "render_turn",
-    "stored_vectors",
-]
+__all__ = ["Retrieval"]
 
 
 #: Retrieval's plan: the inner plan's fold requests and its own I/O requests
