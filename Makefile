@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench ci clean
+.PHONY: demo test lint bench bench-production ci clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,13 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.agent_turns $(BENCH_ARGS)
 	$(BIN)/python -m bench.crossing $(BENCH_ARGS)
 	$(BIN)/python -m bench.scale $(BENCH_ARGS)
+	$(BIN)/python -m bench.long_turns $(BENCH_ARGS)
 	$(BIN)/python -m bench.docs
+
+# production shapes on PostgreSQL (minutes each; loopback only): pgvector at scale, the soak
+bench-production: $(STAMP)
+	$(BIN)/python -m bench.pgvector_scale $(BENCH_ARGS)
+	$(BIN)/python -m bench.soak $(BENCH_ARGS)
 
 ci: lint test
 

@@ -37,6 +37,7 @@ from langmem_ext.integrations.graph import (
 )
 from langmem_ext.integrations.history import ManagedChatMessageHistory
 from langmem_ext.retrieval.config import RetrievalConfig
+from langmem_ext.retrieval.index import IndexCacheStats
 from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.vectors import VectorIndex
 from langmem_ext.strategies.engine import Strategy
@@ -71,6 +72,7 @@ __all__ = [
     "FoldPolicy",
     "GraphSchemaError",
     "GraphSchemaWarning",
+    "IndexCacheStats",
     "InvalidHistoryError",
     "InvalidStateError",
     "LangmemExtError",

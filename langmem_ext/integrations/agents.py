@@ -35,6 +35,7 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
+from langgraph.store.base import BaseStore
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
@@ -42,8 +43,10 @@ from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.transitions import removals_for_rewrite as removals
+from langmem_ext.integrations.fold_sharing import StoreSharedFolds, shared_folds_for
 from langmem_ext.integrations.graph import Mode, check_surface_args
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.shared_folds import folds_shared_in
 
 __all__ = ["MemoryMiddleware", "MemoryMiddlewareState"]
 
@@ -74,15 +77,26 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
 
     ``mode="rewrite"`` also removes folded (or trimmed) messages from the agent state with
     ``RemoveMessage``, after their fold succeeded, so checkpoints stay bounded.
+
+    Workers: with a strategy that folds in the background (``prefetch_tokens``), a fold
+    started by one worker process is adopted by the worker that serves the thread's next turn
+    through the agent's store (``share_folds=True``, the default) or the store passed as
+    ``share_folds``; ``False`` turns it off. See :mod:`langmem_ext.integrations.fold_sharing`.
     """
 
     state_schema = MemoryMiddlewareState
 
     def __init__(
-        self, strategy: Strategy, *, mode: Mode = "view", require_explicit_key: bool = False
+        self,
+        strategy: Strategy,
+        *,
+        mode: Mode = "view",
+        require_explicit_key: bool = False,
+        share_folds: bool | BaseStore = True,
     ) -> None:
         super().__init__()
         check_surface_args("MemoryMiddleware", strategy, mode)
+        self.share_folds = share_folds
         self.strategy = strategy
         self.mode: Mode = mode
         self.require_explicit_key = require_explicit_key
@@ -109,11 +123,15 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
         """Whose memory this is (for Retrieval): from the run's ``configurable``."""
         if not self.strategy.uses_key:
             return None
-        try:
-            config = get_config()
-        except RuntimeError:  # called outside a runnable context
-            config = None
-        return MemoryKey.from_config(config, require_explicit_key=self.require_explicit_key)
+        return MemoryKey.from_config(_config(), require_explicit_key=self.require_explicit_key)
+
+    def _shared(self, request: ModelRequest[Any]) -> StoreSharedFolds | None:
+        """Where this call shares background folds with other workers: the agent's store
+        (``runtime.store``) or the one passed as ``share_folds``, under the run's thread."""
+        if self.share_folds is False:
+            return None
+        store = getattr(getattr(request, "runtime", None), "store", None)
+        return shared_folds_for(self.share_folds, _config(), store)
 
     def _previous(self, request: ModelRequest[Any]) -> MemoryState | None:
         state: Any = request.state or {}
@@ -217,12 +235,13 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
         extra = self._tool_tokens(request)
-        result = self.strategy.apply(
-            history,
-            self._previous(request),
-            extra_tokens=extra,
-            key=self._key(),
-        )
+        with folds_shared_in(self._shared(request)):
+            result = self.strategy.apply(
+                history,
+                self._previous(request),
+                extra_tokens=extra,
+                key=self._key(),
+            )
         sent = self._request(request, result)
         response = handler(sent)
         self._calibrate(sent, response, extra)
@@ -235,13 +254,22 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
         extra = self._tool_tokens(request)
-        result = await self.strategy.aapply(
-            history,
-            self._previous(request),
-            extra_tokens=extra,
-            key=self._key(),
-        )
+        with folds_shared_in(self._shared(request)):
+            result = await self.strategy.aapply(
+                history,
+                self._previous(request),
+                extra_tokens=extra,
+                key=self._key(),
+            )
         sent = self._request(request, result)
         response = await handler(sent)
         await self._acalibrate(sent, response, extra)
         return self._respond(history, result, response)
+
+
+def _config() -> Any:
+    """The run's config (None outside a runnable context)."""
+    try:
+        return get_config()
+    except RuntimeError:
+        return None

@@ -41,6 +41,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.channels.ephemeral_value import EphemeralValue
 from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
+from langgraph.store.base import BaseStore
 from typing_extensions import NotRequired, TypedDict
 
 from langmem_ext.core.keys import MemoryKey
@@ -51,7 +52,9 @@ from langmem_ext.core.transitions import removals_for_rewrite
 from langmem_ext.errors import (
     GraphSchemaError,  # re-exported here
 )
+from langmem_ext.integrations.fold_sharing import StoreSharedFolds, graph_store, shared_folds_for
 from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.shared_folds import folds_shared_in
 
 try:  # the key under which LangGraph gives a running node a reader of the graph's channels
     from langgraph._internal._constants import CONFIG_KEY_READ
@@ -144,6 +147,12 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
     could not reach the model, and warns (:class:`GraphSchemaWarning`, once) when only the memory
     state would be dropped. ``check_schema=False`` turns the check off, for a node that another
     node calls itself and whose returned dict it uses.
+
+    Workers: with a strategy that folds in the background (``prefetch_tokens``), a fold
+    started by one worker process is adopted by the worker that serves the thread's next turn,
+    not folded again there, through the graph's store (``share_folds=True``, the default), or
+    the store passed as ``share_folds``; ``False`` turns it off. See
+    :mod:`langmem_ext.integrations.fold_sharing`.
     """
 
     def __init__(
@@ -157,8 +166,10 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         name: str = "memory",
         require_explicit_key: bool = False,
         check_schema: bool = True,
+        share_folds: bool | BaseStore = True,
     ) -> None:
         check_surface_args("MemoryNode", strategy, mode)
+        self.share_folds = share_folds
         self.strategy = strategy
         self.mode: Mode = mode
         self.messages_key = messages_key
@@ -252,14 +263,21 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
     def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         self._check_channels(config)
         messages, previous = self._inputs(state)
-        result = self.strategy.apply(messages, previous, key=self._key(config))
+        with folds_shared_in(self._shared(config)):
+            result = self.strategy.apply(messages, previous, key=self._key(config))
         return self._update(messages, result)
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         self._check_channels(config)
         messages, previous = self._inputs(state)
-        result = await self.strategy.aapply(messages, previous, key=self._key(config))
+        with folds_shared_in(self._shared(config)):
+            result = await self.strategy.aapply(messages, previous, key=self._key(config))
         return self._update(messages, result)
+
+    def _shared(self, config: RunnableConfig | None) -> StoreSharedFolds | None:
+        """Where this run shares background folds with other workers: the graph's store, or
+        the one passed as ``share_folds`` (see :mod:`langmem_ext.integrations.fold_sharing`)."""
+        return shared_folds_for(self.share_folds, config, graph_store(config))
 
     def _update(self, messages: Sequence[BaseMessage], result: MemoryResult) -> dict[str, Any]:
         state = result.state

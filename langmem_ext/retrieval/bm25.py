@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import threading
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
@@ -84,6 +85,31 @@ def encode_postings(texts: Iterable[str]) -> Postings:
     )
 
 
+#: what ``BM25Index.nbytes`` counts besides numpy arrays' own ``nbytes`` (measured against
+#: tracemalloc on CPython 3.11, see tests/retrieval/test_index_cache.py): a string's header (an
+#: ASCII one; its characters are added), a document's slot (dict entry, int, list slots; plus
+#: 8 bytes a term of a text's terms tuple: the terms are interned), a term's postings (dict
+#: entry, object, two array headers), a term of a loaded vocabulary (list slot, dict entry,
+#: int), a gathered term (dict entry; its postings: a tuple of two arrays)
+STR_BYTES = 49
+DOC_BYTES = 128
+TERM_BYTES = 340
+VOCAB_BYTES = 80
+GATHERED_BYTES = 100
+_BASE_BYTES = 4_096
+_ARRAYS_BYTES = 290  # a tuple of two arrays (their headers)
+
+
+def _doc_bytes(terms: Collection[str]) -> int:
+    """What a document added as text holds: its slot, and its tuple of (interned) terms."""
+    return DOC_BYTES + 56 + 8 * len(terms)
+
+
+def _owned(array: NDArray[Any]) -> int:
+    """An array's data when it owns it (a view's is its base's)."""
+    return array.nbytes if array.base is None else 0
+
+
 class _Postings:
     """One term's postings: growable arrays of (document slot, term frequency)."""
 
@@ -97,6 +123,10 @@ class _Postings:
         else:  # views of a bulk load's arrays: a later extend copies before it writes
             self.n = len(slots)
             self.slots, self.tfs = slots, tfs
+
+    @property
+    def capacity_bytes(self) -> int:
+        return len(self.slots) * 12
 
     def extend(self, slots: list[int] | NDArray[Any], tfs: list[int] | NDArray[Any]) -> None:
         end = self.n + len(slots)
@@ -140,6 +170,13 @@ class _Segment(NamedTuple):
     tptr: NDArray[np.int64]  #: term-major: the postings of term id t
     slots: NDArray[np.int32]
     tfs: NDArray[np.float64]
+
+    @property
+    def nbytes(self) -> int:
+        """Its arrays, and its vocabulary's strings and look-up (not its documents' slots)."""
+        arrays = (self.docs, self.ptr, self.ids, self.tptr, self.slots, self.tfs)
+        words = sum(len(t) for t in self.vocab)
+        return sum(a.nbytes for a in arrays) + words + (VOCAB_BYTES + STR_BYTES) * len(self.vocab)
 
 
 def _merge_segments(segments: Sequence[_Segment]) -> _Segment:
@@ -215,6 +252,18 @@ class BM25Index:
         self._merging: threading.Event | None = None  # set when a merge of loads is done
         self._forgotten = 0  # documents loaded from postings and removed since
         self._total_length = 0.0
+        #: ``nbytes`` less the document arrays (kept as the index changes)
+        self._bytes = _BASE_BYTES
+
+    @property
+    def nbytes(self) -> int:
+        """An estimate of the memory this index holds, kept as it changes (O(1) to read): the
+        numpy arrays' ``nbytes`` at their allocated size, plus for the Python structures a
+        size per document, per term of a text (its own string), per term's postings, per
+        term of a loaded vocabulary and per gathered term (the ``*_BYTES`` constants). The
+        keys' strings are the caller's and not counted; a non-ASCII term is counted as ASCII
+        (up to 4x under)."""
+        return self._bytes + self._lengths.nbytes + self._live.nbytes
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -242,7 +291,9 @@ class BM25Index:
         """``add`` for many (key, text) pairs at once (a fresh process loading its index): each
         term's postings grow once per call, not once per document. A key given twice keeps its
         last text."""
-        batch = {key: Counter(tokenize(text)) for key, text in documents}
+        # terms interned: every document's terms tuple and the postings share one string a term
+        # (not a copy a document: about 60 bytes a distinct term of each text)
+        batch = {key: Counter(map(sys.intern, tokenize(text))) for key, text in documents}
         if not batch:
             return
         with self._lock:
@@ -256,6 +307,7 @@ class BM25Index:
                 self._slot[key] = slot
                 self._keys.append(key)
                 self._terms.append(tuple(terms))
+                self._bytes += _doc_bytes(terms)
                 length = sum(terms.values())
                 self._lengths[slot] = length
                 self._live[slot] = True
@@ -264,11 +316,16 @@ class BM25Index:
                     slots, tfs = grown.setdefault(term, ([], []))
                     slots.append(slot)
                     tfs.append(tf)
+            added = 0
             for term, (slots, tfs) in grown.items():
                 postings = self._postings.get(term)
                 if postings is None:
                     postings = self._postings[term] = _Postings()
+                    added += TERM_BYTES + STR_BYTES + len(term) + postings.capacity_bytes
+                before = len(postings.slots)
                 postings.extend(slots, tfs)
+                added += (len(postings.slots) - before) * 12
+            self._bytes += added
 
     def add_postings(self, keys: Sequence[str], postings: Postings) -> None:
         """Add documents given as term counts (:func:`encode_postings`, in the order of ``keys``)
@@ -325,8 +382,9 @@ class BM25Index:
                 term_tfs,
             )
             for term in segment.where.keys() & self._gathered.keys():
-                del self._gathered[term]
+                self._ungather(term)
             self._segments.append(segment)
+            self._bytes += segment.nbytes + DOC_BYTES * len(taken)
 
     def _room(self, slots: int) -> None:
         """Room for ``slots`` document slots (the caller holds the lock)."""
@@ -358,7 +416,21 @@ class BM25Index:
             live = self._live[joined]
             got = (joined[live], np.concatenate(tfs)[live])
         self._gathered[term] = got
+        self._bytes += self._gathered_bytes(term, got)
         return got
+
+    @staticmethod
+    def _gathered_bytes(term: str, got: tuple[NDArray[np.int32], NDArray[np.float64]]) -> int:
+        held = GATHERED_BYTES + STR_BYTES + len(term)
+        if got is _NO_POSTINGS:
+            return held
+        return held + _ARRAYS_BYTES + _owned(got[0]) + _owned(got[1])
+
+    def _ungather(self, term: str) -> None:
+        """Drop the gathered postings of ``term`` (the caller holds the lock)."""
+        got = self._gathered.pop(term, None)
+        if got is not None:
+            self._bytes -= self._gathered_bytes(term, got)
 
     def _terms_of(self, slot: int) -> tuple[str, ...]:
         """The distinct terms of the document in ``slot``, loaded from postings (the caller
@@ -405,6 +477,7 @@ class BM25Index:
                     now = self._segments[: len(segments)]
                     if all(a is b for a, b in zip(now, segments, strict=True)):  # loads append
                         self._segments = [merged, *self._segments[len(segments) :]]
+                        self._bytes += merged.nbytes - sum(seg.nbytes for seg in segments)
         finally:
             with self._lock:
                 self._merging = None
@@ -416,13 +489,16 @@ class BM25Index:
         if terms is None:  # loaded from postings: its terms gather again without it
             self._forgotten += 1
             for term in self._terms_of(slot):
-                self._gathered.pop(term, None)
+                self._ungather(term)
+            self._bytes -= DOC_BYTES
         else:
             for term in terms:
                 postings = self._postings[term]
                 postings.remove(slot)
                 if not postings.n:
                     del self._postings[term]
+                    self._bytes -= TERM_BYTES + STR_BYTES + len(term) + postings.capacity_bytes
+            self._bytes -= _doc_bytes(terms)
         self._live[slot] = False
         self._total_length -= float(self._lengths[slot])
         self._lengths[slot] = 0

@@ -1,6 +1,7 @@
 """Composing the view: the knowledge sources' answers as passages, the fusion of every ranking
 into what may be retrieved, the blocks that fit the context budget (packed compactly), and the
-one context message placed just before the newest human message."""
+one context message placed just before the newest human message (at the end of the view inside an
+agent turn)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from langchain_core.documents import Document
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langmem_ext.core.fences import neutralize
 from langmem_ext.core.result import MemoryResult
@@ -21,7 +22,9 @@ from langmem_ext.retrieval.index import Candidate
 from langmem_ext.retrieval.layout import RETRIEVED_ID
 from langmem_ext.retrieval.text import (
     ASKS_ASSISTANT,
+    compact_round,
     compact_turn,
+    is_round,
     last_human,
     normalized,
     user_words,
@@ -149,6 +152,7 @@ def pick_blocks(
         return [], None
     compact = config.compact and not ASKS_ASSISTANT.search(query)
     terms = frozenset(tokenize(query)) if compact else None
+    round_terms = frozenset(tokenize(query)) if config.compact else None  # (any question)
     # a counter's cheap lower bound (``TiktokenCounter.tokens_at_least``) skips a block that
     # cannot fit without counting it: most of the candidates come after the room is spent
     at_least: Callable[[str], int] = getattr(counter, "tokens_at_least", _no_bound)
@@ -159,6 +163,7 @@ def pick_blocks(
         follow = (
             compact
             and bool(c.prev)
+            and not is_round(c.parts)  # a round's neighbour is the round before: no answer
             and (
                 user_words(c.parts) < _COMPACT_WORDS
                 or (c.prev.rstrip().endswith("?") and user_words(c.parts) < _ANSWER_WORDS)
@@ -166,7 +171,7 @@ def pick_blocks(
         )
         for with_prev in (True, False) if follow else (False,):
             # the turn before never costs the result its place: without it, if need be
-            block = _block(c, with_prev=with_prev, terms=terms)
+            block = _block(c, with_prev=with_prev, terms=terms, round_terms=round_terms)
             if used + at_least(block) > budget:
                 continue
             cost = counter.count_text(block + "\n")
@@ -178,7 +183,7 @@ def pick_blocks(
         for i, (c, block) in enumerate(list(chosen)):
             if not c.prev:
                 continue
-            wider = _block(c, with_prev=True, terms=terms)
+            wider = _block(c, with_prev=True, terms=terms, round_terms=round_terms)
             more = counter.count_text(wider + "\n") - counter.count_text(block + "\n")
             if used + more <= budget:
                 chosen[i] = (c, wider)
@@ -201,8 +206,8 @@ def compose(
     indexed: int,
     query: str = "",
 ) -> MemoryResult:
-    """The inner view with the context message placed just before the newest human
-    message (late, so the cached prompt prefix stays the same)."""
+    """The inner view with the context message placed late (``context_position``), so the
+    cached prompt prefix stays the same."""
     chosen, message = pick_blocks(config, counter, picked, query)
     budget = inner.report.budget  # the inner's, with the context's share held back: add it
     report = replace(
@@ -215,8 +220,7 @@ def compose(
     if message is None:
         return MemoryResult(view, state, report)
     context, cost = message
-    at = last_human(view)
-    view.insert(len(view) if at is None else at, context)
+    view.insert(context_position(view), context)
     report = replace(
         report,
         tokens_after=report.tokens_after + cost,
@@ -225,6 +229,19 @@ def compose(
         retrieved_tokens=cost,
     )
     return MemoryResult(view, state, report)
+
+
+def context_position(view: Sequence[BaseMessage]) -> int:
+    """Where the context message goes: just before the newest human message (late, so the
+    cached prompt prefix stays the same), or, inside an agent turn (tool rounds after that
+    message), at the end: the request a long turn pins sits near the top of the view, and a
+    context that changes with the agent's steps must not change the prefix of every call."""
+    at = last_human(view)
+    if at is None:
+        return len(view)
+    if any(isinstance(m, AIMessage) and m.tool_calls for m in view[at + 1 :]):
+        return len(view)
+    return at
 
 
 def _no_bound(text: str) -> int:
@@ -247,15 +264,24 @@ def _passages_of(index: int, name: str, documents: Sequence[Document]) -> list[C
     return out
 
 
-def _block(c: Candidate, *, with_prev: bool, terms: frozenset[str] | None = None) -> str:
+def _block(
+    c: Candidate,
+    *,
+    with_prev: bool,
+    terms: frozenset[str] | None = None,
+    round_terms: frozenset[str] | None = None,
+) -> str:
     """One fenced block. Everything retrieved is neutralised (no tag of ours inside it can
-    open or close a fence), and a source's name cannot leave its attribute."""
+    open or close a fence), and a source's name cannot leave its attribute. A tool round of a
+    long turn comes back as its call and excerpts of a long result (``round_terms``)."""
     if c.kind == "fact":
         return f"<fact>\n{neutralize(c.text)}\n</fact>"
     if c.kind == "passage":
         name = neutralize(c.source).replace('"', "'")
         return f'<passage source="{name}">\n{neutralize(c.text)}\n</passage>'
     packed = None if terms is None else compact_turn(c.parts, _COMPACT_WORDS, terms)
+    if packed is None and round_terms is not None:
+        packed = compact_round(c.parts, round_terms)
     body = neutralize(c.text if packed is None else packed)
     if with_prev and c.prev:
         body = f"(the turn before)\n{neutralize(c.prev)}\n(the turn)\n{body}"

@@ -37,6 +37,10 @@ DENSE_WEIGHT = 2.0
 _CANDIDATES = 60
 #: the default context budget is the inner budget over this
 _SHARE = 4
+#: the default ``index_cache_bytes``: about 25k turns of in-process indexes with local
+#: 384-dimension vectors (some 10 KB a turn by ``Lexical.nbytes``), or 50-turn threads by
+#: the thousand
+DEFAULT_INDEX_CACHE_BYTES = 256 << 20
 
 
 #: the store classes whose own vector search scales (an ANN index in the database): their
@@ -181,6 +185,11 @@ class RetrievalConfig:
     resolved. ``source_k`` and ``candidates`` stay ``None`` when not given (see
     :attr:`max_passages` and :attr:`per_ranking` for what they resolve to). ``sources`` is kept
     as a tuple.
+
+    ``index_cache_bytes`` bounds the estimated memory of the in-process indexes (BM25, local
+    dense vectors, held turns) this Retrieval keeps across calls, least recently searched
+    first out (see :class:`~langmem_ext.retrieval.index.IndexCache`); an index dropped is
+    rebuilt from the store's index blocks when searched again. 0 keeps none beyond the call.
     """
 
     k: int | None = None
@@ -204,6 +213,7 @@ class RetrievalConfig:
     min_score: float | None = None
     dense_index: DenseIndex | None = None
     prefetch_embeddings: bool = False
+    index_cache_bytes: int = DEFAULT_INDEX_CACHE_BYTES
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -263,6 +273,13 @@ class RetrievalConfig:
                 f"Retrieval: min_score must be a similarity between -1 and 1 or None, got "
                 f"{self.min_score!r}"
             )
+        check_int(
+            "index_cache_bytes",
+            self.index_cache_bytes,
+            0,
+            "it bounds the memory of the in-process indexes this Retrieval keeps "
+            "(0: none kept beyond the call; default 256 MiB)",
+        )
         if not isinstance(self.compact, bool):
             raise TypeError(f"Retrieval: compact must be a bool, got {type(self.compact).__name__}")
 

@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar, cast
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
-from langgraph.store.base import BaseStore, Op
+from langgraph.store.base import BaseStore, GetOp, Op, PutOp, get_text_at_path, tokenize_path
 
 from langmem_ext.core.steps import Flow, Raised, Step, arun, resume, run
 from langmem_ext.retrieval.config import Source
@@ -108,16 +108,75 @@ def _busy_delays(limit: float) -> Iterable[float]:
         delay = min(2 * delay, _BUSY_MOST)
 
 
+# -- a large batch ---------------------------------------------------------------------------------
+
+#: bind parameters one store call may need at most. LangGraph's SQL stores make one statement of
+#: all the puts of a call (``INSERT ... VALUES``: 5 parameters a put, and one more statement with
+#: 4 for each text the store embeds) and, in ``SqliteStore``, one of all the gets of a namespace
+#: (``key IN (...)``: 1 a get; ``PostgresStore`` passes arrays). PostgreSQL refuses a statement
+#: with more than 65,535 parameters and SQLite (by default since 3.32) more than 32,766: one call
+#: that evicts ~13k turns would fail. A batch is cut into calls under this, in order.
+MAX_BATCH_PARAMS = 30_000
+#: texts a store with its own index embeds in one call at most (it embeds a call's puts in one
+#: request: a 50k-turn eviction must not be one giant embedding request)
+MAX_STORE_EMBEDS = 512
+#: texts per embedding request of a local dense index (the same reason)
+EMBED_BATCH = 512
+
+
+def _embedded_by_store(store: BaseStore, op: PutOp) -> int:
+    """How many texts ``store`` embeds for ``op`` (0: a store without an index, a delete, a
+    write that opts out)."""
+    config = getattr(store, "index_config", None)
+    if op.value is None or op.index is False or not config:
+        return 0
+    paths = op.index if op.index is not None else (config.get("fields") or ["$"])
+    return sum(len(get_text_at_path(op.value, tokenize_path(p))) for p in paths)
+
+
+def _cost(store: BaseStore, op: Op) -> tuple[int, int]:
+    """(bind parameters, texts the store embeds) of ``op`` at most, in any store's SQL."""
+    if isinstance(op, PutOp):
+        texts = _embedded_by_store(store, op)
+        return (5 if op.value is not None else 1) + 4 * texts, texts
+    if isinstance(op, GetOp):
+        return 1, 0
+    return 8, 0  # a search or a listing: a statement of its own, with a few parameters
+
+
+def store_calls(store: BaseStore, ops: Sequence[Op]) -> list[Sequence[Op]]:
+    """``ops`` cut, in order, into the calls ``store`` is sent: each within
+    ``MAX_BATCH_PARAMS`` and ``MAX_STORE_EMBEDS`` (an op over either alone is a call of its
+    own). A batch within both (every batch of a steady conversation) is one call, as given."""
+    if len(ops) * 8 <= MAX_BATCH_PARAMS and getattr(store, "index_config", None) is None:
+        return [ops]
+    calls: list[Sequence[Op]] = []
+    start = params = texts = 0
+    for n, op in enumerate(ops):
+        more, embeds = _cost(store, op)
+        if n > start and (params + more > MAX_BATCH_PARAMS or texts + embeds > MAX_STORE_EMBEDS):
+            calls.append(ops[start:n])
+            start, params, texts = n, 0, 0
+        params, texts = params + more, texts + embeds
+    calls.append(ops[start:])
+    return calls
+
+
 def batch_retrying(store: BaseStore, ops: Sequence[Op], limit: float | None = None) -> list[Any]:
     """``store.batch(ops)``, asked again with a bounded backoff while the store reports itself
     busy (``BUSY_RETRY_SECONDS`` in all, then the error is raised). Safe for the batches
-    Retrieval and the surfaces make: reads, and puts that write the same values again."""
+    Retrieval and the surfaces make: reads, and puts that write the same values again. A large
+    batch is sent as several calls (:func:`store_calls`), its results joined in order."""
     retry = _BusyRetry(store, limit)
-    while True:
-        try:
-            return store.batch(ops)
-        except Exception as error:
-            time.sleep(retry.wait_after(error))
+    results: list[Any] = []
+    for call in store_calls(store, ops):
+        while True:
+            try:
+                results += store.batch(call)
+                break
+            except Exception as error:
+                time.sleep(retry.wait_after(error))
+    return results
 
 
 async def abatch_retrying(
@@ -125,11 +184,15 @@ async def abatch_retrying(
 ) -> list[Any]:
     """Async :func:`batch_retrying` (the waits do not block the event loop)."""
     retry = _BusyRetry(store, limit)
-    while True:
-        try:
-            return await store.abatch(ops)
-        except Exception as error:
-            await asyncio.sleep(retry.wait_after(error))
+    results: list[Any] = []
+    for call in store_calls(store, ops):
+        while True:
+            try:
+                results += await store.abatch(call)
+                break
+            except Exception as error:
+                await asyncio.sleep(retry.wait_after(error))
+    return results
 
 
 # -- the requests Retrieval's plan makes ---------------------------------------------------------
@@ -205,13 +268,25 @@ class _Embedding(Step):
         texts = self.embed.texts
         if self.embed.query:
             return self.embeddings.embed_query(texts[0])
-        return self.embeddings.embed_documents(list(texts))
+        vectors: list[list[float]] = []
+        for chunk in _chunks(texts):
+            vectors += self.embeddings.embed_documents(chunk)
+        return vectors
 
     async def arun(self) -> Any:
         texts = self.embed.texts
         if self.embed.query:
             return await self.embeddings.aembed_query(texts[0])
-        return await self.embeddings.aembed_documents(list(texts))
+        vectors: list[list[float]] = []
+        for chunk in _chunks(texts):
+            vectors += await self.embeddings.aembed_documents(chunk)
+        return vectors
+
+
+def _chunks(texts: Sequence[str]) -> list[list[str]]:
+    """``texts`` in requests of ``EMBED_BATCH`` (a model's request has limits of its own);
+    one empty request for none, as before."""
+    return [list(texts[i : i + EMBED_BATCH]) for i in range(0, len(texts), EMBED_BATCH)] or [[]]
 
 
 class TimedOut:

@@ -17,9 +17,9 @@ import numpy as np
 from langgraph.store.base import BaseStore, Item, PutOp
 
 from langmem_ext.core.keys import MemoryKey
-from langmem_ext.retrieval.bm25 import BM25Index
+from langmem_ext.retrieval.bm25 import STR_BYTES, BM25Index
 from langmem_ext.retrieval.codec import Block, stored_bytes, stored_vectors
-from langmem_ext.retrieval.config import RetrievalConfig
+from langmem_ext.retrieval.config import DEFAULT_INDEX_CACHE_BYTES, RetrievalConfig
 from langmem_ext.retrieval.layout import TURNS, Mark, seq_of, text_of
 from langmem_ext.retrieval.vectors import VectorIndex
 
@@ -117,6 +117,51 @@ STALE_MARK = (
 )
 
 
+#: what ``Turns.nbytes`` counts a held turn besides its strings (the candidate object, its
+#: dict entry, its lists), and ``Lexical.nbytes`` an empty index, an approximate uid
+CANDIDATE_BYTES = 240
+LEXICAL_BYTES = 12_288
+APPROXIMATE_BYTES = 40
+
+
+def _candidate_bytes(turn: Candidate) -> int:
+    """What a held turn costs: the object, and its strings as if it held its own (true when the
+    store deserializes each read, as PostgreSQL and SQLite do; an InMemoryStore shares them)."""
+    strings = [turn.text, turn.prev, *turn.parts, *turn.ids]
+    return CANDIDATE_BYTES + sum(len(t) for t in strings) + STR_BYTES * len(strings)
+
+
+class Turns(dict[str, Candidate]):
+    """``Lexical.turns``: a dict that keeps the estimate of what its turns hold (``nbytes``)
+    as they are set and removed (set, ``del``, ``pop``, ``clear``; nothing else is used)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nbytes = 0
+
+    def __setitem__(self, uid: str, turn: Candidate) -> None:
+        old = self.get(uid)
+        if old is not None:
+            self.nbytes -= _candidate_bytes(old)
+        super().__setitem__(uid, turn)
+        self.nbytes += _candidate_bytes(turn)
+
+    def __delitem__(self, uid: str) -> None:
+        self.nbytes -= _candidate_bytes(self[uid])
+        super().__delitem__(uid)
+
+    def pop(self, uid: str, *default: Any) -> Any:
+        if uid not in self:
+            return super().pop(uid, *default)
+        turn = super().pop(uid)
+        self.nbytes -= _candidate_bytes(turn)
+        return turn
+
+    def clear(self) -> None:
+        super().clear()
+        self.nbytes = 0
+
+
 class Lexical:
     """The in-process indexes of one namespace prefix: BM25 over the turns' text and (with a
     local dense index) their vectors, the values they were built from (without the vectors),
@@ -145,7 +190,7 @@ class Lexical:
         #: object a turn, not a copy of its value and a candidate: every object kept is one more
         #: for the garbage collector's next young pass, whose cost grows with the caller's own
         #: young objects (a fresh list of 200,000 messages a call: milliseconds a pass)
-        self.turns: dict[str, Candidate] = {}
+        self.turns = Turns()
         #: thread label -> the mark of that thread as last read (everything before it is in)
         self.marks: dict[str, Mark] = {}
         #: (scope="user") the user's mark as last read
@@ -153,6 +198,18 @@ class Lexical:
         #: uids whose rows in ``vectors`` are int8 codes from an index block, until a search
         #: finds them and reads their turns (then their stored rows replace the codes)
         self.approximate: set[str] = set()
+        #: the length of the last uid indexed (the uids of a prefix differ little)
+        self._uid_chars = 0
+
+    @property
+    def nbytes(self) -> int:
+        """An estimate of the memory this index holds (O(1), kept as it changes): its BM25 and
+        dense indexes' ``nbytes``, its held turns' (``Turns``), its uids' strings and a fixed
+        ``LEXICAL_BYTES``. Checked against tracemalloc in tests/retrieval/test_index_cache.py."""
+        held = LEXICAL_BYTES + self.index.nbytes + self.turns.nbytes
+        held += len(self.index) * (STR_BYTES + self._uid_chars)
+        held += APPROXIMATE_BYTES * len(self.approximate)
+        return held + (0 if self.vectors is None else self.vectors.nbytes)
 
     @property
     def dims(self) -> int | None:
@@ -173,6 +230,7 @@ class Lexical:
         carries none it can use (written before vectors were stored with it, damaged, or
         another model's)."""
         uid = "/".join((*namespace, key))
+        self._uid_chars = len(uid)
         self.turns[uid] = turn_candidate(uid, value, self.prev)
         self.index.add(uid, text_of(value))
         if self.vectors is None:
@@ -199,6 +257,8 @@ class Lexical:
         uids = [uid for uid, _, _ in fresh]
         for uid, _, turn in fresh:
             self.turns[uid] = turn
+        if uids:
+            self._uid_chars = len(uids[-1])
         pairs = list(zip(uids, items, strict=True))
         self.faults.note(BAD_NUMBER, sum(seq_of(it.value) is None for it in items))
         self.index.add_many((uid, text_of(it.value)) for uid, it in pairs)
@@ -216,6 +276,8 @@ class Lexical:
         search finds them."""
         head = "/".join(namespace) + "/"
         uids = [head + k for block in blocks for k in block.keys]
+        if uids:
+            self._uid_chars = len(uids[-1])
         at = 0
         for block in blocks:  # one BM25 segment each: terms are gathered when first searched
             self.index.add_postings(uids[at : at + len(block.keys)], block.postings)
@@ -280,43 +342,144 @@ class Lexical:
         self.vectors.add(uid, rows)
 
 
-#: namespace prefixes whose indexes a Retrieval keeps (the least recently searched goes)
-_CACHED = 256
+#: namespace prefixes whose indexes a Retrieval keeps at most, whatever their bytes (an empty
+#: index's own overhead is estimated, so the bytes bound nearly always decides first)
+MAX_ENTRIES = 4_096
+
+
+@dataclass(frozen=True, slots=True)
+class IndexCacheStats:
+    """What an :class:`IndexCache` did and holds: lookups that found an index (``hits``) or not
+    (``misses``: the index was built from the store), indexes dropped to stay within the bound
+    (``evictions``, counting one too large to keep at all), and the estimated ``bytes`` of the
+    ``entries`` it holds, within ``max_bytes``."""
+
+    hits: int
+    misses: int
+    evictions: int
+    bytes: int
+    entries: int
+    max_bytes: int
 
 
 class IndexCache:
-    """A Retrieval's in-process indexes by namespace prefix (bounded, least recently searched
-    first out), and the last queries' vectors: an agent loop asks its one request again on every
-    tool round, and a hosted embedding model would be paid (and waited for) each time. One lock
-    guards both, and the indexes' turns while a search reads them in."""
+    """A Retrieval's in-process indexes by namespace prefix, bounded by their estimated bytes
+    (``Lexical.nbytes``; ``max_bytes``, 0: none kept beyond the call) and by ``max_entries``:
+    the least recently used go first, and an index larger than the whole bound serves its call
+    and is not kept. An index dropped is rebuilt from the store (its index blocks and the turns
+    after them) when its prefix is searched again. Also the last queries' vectors: an agent
+    loop asks its one request again on every tool round, and a hosted embedding model would be
+    paid (and waited for) each time. One lock guards both, and the indexes' turns while a
+    search reads them in.
 
-    def __init__(self) -> None:
+    An index's bytes are measured when it is installed, looked up, or written to: what a call
+    adds to it after its lookup (turns caught up, turns a search read) counts from its next
+    use, or at :meth:`stats`, which measures every entry again."""
+
+    def __init__(self, max_bytes: int | None = None, max_entries: int = MAX_ENTRIES) -> None:
         self.lexicals: OrderedDict[tuple[str, ...], Lexical] = OrderedDict()
         self.query_vectors: OrderedDict[str, list[float]] = OrderedDict()
         self.lock = threading.Lock()
+        #: None until ``IndexSetup`` gives it its config's ``index_cache_bytes``
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._sizes: dict[tuple[str, ...], int] = {}  # bytes as last measured
+        self._bytes = 0
+        self._hits = self._misses = self._evictions = 0
+
+    @property
+    def bytes(self) -> int:
+        """The bytes of the entries as last measured (within ``max_bytes``)."""
+        return self._bytes
+
+    @property
+    def _bound(self) -> int:
+        return DEFAULT_INDEX_CACHE_BYTES if self.max_bytes is None else self.max_bytes
 
     def get(self, prefix: tuple[str, ...]) -> Lexical | None:
+        """The index of ``prefix`` when kept (now the most recently used), counted as a hit or
+        a miss."""
+        with self.lock:
+            lexical = self.lexicals.get(prefix)
+            if lexical is None:
+                self._misses += 1
+                return None
+            self._hits += 1
+            self.lexicals.move_to_end(prefix)
+            self._measure(prefix, lexical)
+            self._shrink(prefix)
+            return lexical
+
+    def peek(self, prefix: tuple[str, ...]) -> Lexical | None:
+        """The index of ``prefix`` when kept, neither counted nor moved (measured again)."""
         with self.lock:
             lexical = self.lexicals.get(prefix)
             if lexical is not None:
-                self.lexicals.move_to_end(prefix)
+                self._measure(prefix, lexical)
+                self._shrink(prefix)
             return lexical
 
     def install(self, prefix: tuple[str, ...], lexical: Lexical) -> None:
+        """Keep ``lexical`` (just built) as the most recently used, dropping the least recently
+        used while over the bounds; one larger than the whole bound is not kept."""
         with self.lock:
+            old = self.lexicals.pop(prefix, None)
+            if old is not None:
+                self._bytes -= self._sizes.pop(prefix)
             self.lexicals[prefix] = lexical
-            self.lexicals.move_to_end(prefix)
-            while len(self.lexicals) > _CACHED:
-                self.lexicals.popitem(last=False)
+            self._sizes[prefix] = 0
+            self._measure(prefix, lexical)
+            self._shrink(prefix)
 
     def remember(self, ops: Iterable[PutOp]) -> None:
         """Add this process's own writes to its BM25 indexes at once (the marks they left still
         make the next query check for other writers' turns)."""
         with self.lock:
+            touched: dict[tuple[str, ...], Lexical] = {}
             for op in ops:
                 for prefix, lexical in self.lexicals.items():
                     if op.namespace[: len(prefix)] == prefix and op.value is not None:
                         lexical.add(op.namespace, op.key, dict(op.value))
+                        touched[prefix] = lexical
+            for prefix, lexical in touched.items():
+                self._measure(prefix, lexical)
+            self._shrink()
+
+    def stats(self) -> IndexCacheStats:
+        """The counters, and the bytes held as measured now (every entry measured again, and
+        the least recently used dropped while over the bound)."""
+        with self.lock:
+            for prefix, lexical in self.lexicals.items():
+                self._measure(prefix, lexical)
+            self._shrink()
+            return IndexCacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                evictions=self._evictions,
+                bytes=self._bytes,
+                entries=len(self.lexicals),
+                max_bytes=self._bound,
+            )
+
+    def _measure(self, prefix: tuple[str, ...], lexical: Lexical) -> None:
+        """Account ``lexical``'s bytes now (the caller holds the lock)."""
+        size = lexical.nbytes
+        self._bytes += size - self._sizes[prefix]
+        self._sizes[prefix] = size
+
+    def _shrink(self, used: tuple[str, ...] | None = None) -> None:
+        """Drop the least recently used entries while over a bound (the caller holds the
+        lock); first the one just ``used`` when it alone is over the bytes bound (it serves
+        its call, and the others stay)."""
+        bound = self._bound
+        if used is not None and self._sizes.get(used, 0) > bound:
+            del self.lexicals[used]
+            self._bytes -= self._sizes.pop(used)
+            self._evictions += 1
+        while self.lexicals and (self._bytes > bound or len(self.lexicals) > self.max_entries):
+            prefix, _ = self.lexicals.popitem(last=False)
+            self._bytes -= self._sizes.pop(prefix)
+            self._evictions += 1
 
 
 @dataclass(frozen=True)
@@ -333,6 +496,10 @@ class IndexSetup:
     refresh_ttl: bool
     faults: Faults
     cache: IndexCache = field(default_factory=IndexCache)
+
+    def __post_init__(self) -> None:
+        if self.cache.max_bytes is None:  # (a cache given with its own bound keeps it)
+            self.cache.max_bytes = self.config.index_cache_bytes
 
     @property
     def keeps_prev(self) -> bool:

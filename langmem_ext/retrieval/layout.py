@@ -7,6 +7,11 @@ key of their first message; the facts remembered from summaries under ``("langme
 "facts", ...)``; the marks under ``("langmem_ext", "turn_marks", tenant, user)``; the index blocks
 and a thread's tail under ``("langmem_ext", "turn_blocks", tenant, user, thread)``.
 
+A long agent turn (one request, many tool rounds) is stored piece by piece as it leaves the
+view: its head (the request) and each tool round an item of its own, keyed by its first message
+and numbered like a turn (``writes.index_units``), so no item is written twice and each fits the
+context message; so is a turn that left whole but could never fit it.
+
 Workers. Several processes (or several ``Retrieval`` objects) may serve one thread or one user.
 The BM25 index lives in each process, so every indexing write also leaves a *mark* in the store
 (``("langmem_ext", "turn_marks", tenant, user)``): per thread, a fresh token and the next turn

@@ -4,7 +4,7 @@ store when only their index block was loaded."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -30,11 +30,16 @@ SEARCH_ROUNDS = 4
 
 
 def turns_io(
-    setup: IndexSetup, query: str, key: MemoryKey, known: int = 0
+    setup: IndexSetup,
+    query: str,
+    key: MemoryKey,
+    known: int = 0,
+    lost: Callable[[], None] | None = None,
 ) -> Io[list[tuple[float, list[Candidate]]]]:
     """The memory index's rankings, each with its fusion weight. The dense search and the
     mark read go in one batch; a stale BM25 index then catches up. ``known``: the turns
-    the caller's state says were indexed (a thread mark announcing fewer is stale)."""
+    the caller's state says were indexed (a thread mark announcing fewer is stale); none
+    of the thread's mark while there are some calls ``lost`` (the store lost the thread)."""
     c = setup.config
     prefix = setup.prefix(key)
     marks = key.namespace(MARKS, scope="user")
@@ -69,26 +74,31 @@ def turns_io(
         rankings.append((c.dense_weight if facts_dense or local else 1.0, facts))
     results = results[1:]
     if dense and not local:
-        searched = results[0]
-        assert isinstance(searched, list)
-        items = [it for it in searched if isinstance(it, Item)]
-        turns = [
-            turn_candidate(
-                "/".join((*it.namespace, it.key)),
-                it.value,
-                setup.keeps_prev,
-                getattr(it, "score", None),
-            )
-            for it in items
-        ]
-        rankings.append((c.dense_weight, turns))
+        rankings.append((c.dense_weight, store_ranking(setup, results[0])))
     if in_process:
         mark = results[-1]
         assert mark is None or isinstance(mark, Item)
+        if mark is None and known > 0 and lost is not None and c.scope == "thread":
+            lost()
         dims = None if query_vector is None else len(query_vector)
         lexical = yield from lexical_io(setup, prefix, marks, thread, mark, dims, known)
         rankings += yield from in_process_io(setup, lexical, query, query_vector)
     return rankings
+
+
+def store_ranking(setup: IndexSetup, searched: object) -> list[Candidate]:
+    """The turns the store's own dense search found, as it ranked them."""
+    assert isinstance(searched, list)
+    return [
+        turn_candidate(
+            "/".join((*it.namespace, it.key)),
+            it.value,
+            setup.keeps_prev,
+            getattr(it, "score", None),
+        )
+        for it in searched
+        if isinstance(it, Item)
+    ]
 
 
 def ranked_facts_io(

@@ -55,18 +55,23 @@ are the engine's own: the drivers of :mod:`langmem_ext.core.steps` run this plan
 from __future__ import annotations
 
 import concurrent.futures
+import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
-from langgraph.store.base import BaseStore, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from langmem_ext.core.keys import DEFAULT, MemoryKey
+from langmem_ext.core.messages import is_system
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.steps import DECLINED
+from langmem_ext.core.transitions import indexed_through
 from langmem_ext.retrieval.codec import model_id
 from langmem_ext.retrieval.compose import compose, fuse, source_passages
 from langmem_ext.retrieval.config import (
@@ -86,7 +91,8 @@ from langmem_ext.retrieval.config import (
     retrieved_budget,
 )
 from langmem_ext.retrieval.flows import Io, _SourceSearch, _StoreFlow, _Together
-from langmem_ext.retrieval.index import Candidate, Faults, IndexSetup
+from langmem_ext.retrieval.index import Candidate, Faults, IndexCacheStats, IndexSetup
+from langmem_ext.retrieval.layout import MARKS, TURNS
 from langmem_ext.retrieval.prefetch import Prefetch, Prefetched, upcoming
 from langmem_ext.retrieval.search import turns_io
 from langmem_ext.retrieval.text import (
@@ -95,10 +101,13 @@ from langmem_ext.retrieval.text import (
     last_human,
     message_text,
     summary_facts,
+    turn_groups,
+    turn_query,
 )
 from langmem_ext.retrieval.writes import (
     fact_writes,
     facts_io,
+    resume_point,
     turns_to_index,
     write_io,
 )
@@ -106,6 +115,16 @@ from langmem_ext.strategies.engine import Plan, Request, Strategy
 from langmem_ext.strategies.folding import Folding
 
 __all__ = ["Retrieval"]
+
+logger = logging.getLogger("langmem_ext")
+
+#: the threads a Retrieval checked its store still holds (their mark is there), remembered per
+#: process up to this many (a thread forgotten is checked again: one small get)
+CHECKED_THREADS = 4096
+#: the ``store_faults`` kinds of a store that lost a thread's turns (emptied, replaced, restored
+#: from before the thread began) while the caller's state says they were indexed
+LOST_STORE = "threads whose turns were gone (re-indexed from the history the call passed)"
+LOST_TURNS = "turns gone from the store that the history no longer holds (cannot be retrieved)"
 
 
 #: Retrieval's plan: the inner plan's fold requests and its own I/O requests
@@ -230,6 +249,11 @@ class Retrieval(Strategy, Folding):
             embedding failed in the background) is embedded in the call, as without it.
             ``flush()`` / ``aflush()`` also wait for these embeddings. Off by default.
 
+    Settings a newcomer rarely needs live in :class:`RetrievalConfig` (``config=``), among them
+    ``index_cache_bytes``: the bound on the estimated memory of the in-process indexes kept
+    across calls (default 256 MiB, least recently searched out first; 0 keeps none beyond the
+    call; :attr:`index_cache_stats` shows what it did).
+
     Every parameter is checked here (:class:`RetrievalConfig`, kept as ``config``), with an
     error that names it: a bad value never waits for the first turn.
     """
@@ -298,6 +322,11 @@ class Retrieval(Strategy, Folding):
         run by this strategy's driver, with its own jobs), and set up the index flows over
         ``store``."""
         self._faults = Faults()
+        #: threads whose store was checked against the state (``_recover``), and those
+        #: whose lost turns were reported (once each)
+        self._checked: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self._reported: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self._checked_lock = threading.Lock()
         self.inner = inner
         self.store = store
         self.counter = inner.counter
@@ -324,6 +353,12 @@ class Retrieval(Strategy, Folding):
         (vectors re-embedded, index blocks skipped, unreadable turn numbers, ...): never raised,
         each kind logged once."""
         return self._faults.counts()
+
+    @property
+    def index_cache_stats(self) -> IndexCacheStats:
+        """What the in-process index cache did and holds: hits, misses, evictions, estimated
+        bytes and entries, and its bound (``RetrievalConfig.index_cache_bytes``)."""
+        return self._setup.cache.stats()
 
     @property
     def _local(self) -> bool:
@@ -379,8 +414,11 @@ class Retrieval(Strategy, Folding):
         who = self._key(key)
         budget = extra + self.max_retrieved_tokens
         inner = yield from self.inner.plan(messages, state, now, budget)
-        indexing = turns_to_index(self._setup, messages, inner, who, now)
+        recovered = yield from self._recover(messages, inner, who)
+        indexing = turns_to_index(self._setup, messages, recovered, who, now)
         written = yield from self._write(indexing.ops, who)
+        if written and indexing.ops:
+            self._remember_checked(who)
         after, count = (indexing.state, indexing.complete) if written else (inner.state, 0)
         # the view's oldest messages, embedded ahead once this call is done (not declined)
         ahead = upcoming(messages, indexing.kept_from) if written and self._prefetch else []
@@ -390,7 +428,7 @@ class Retrieval(Strategy, Folding):
             if facts:  # remember each (a read-only view declines)
                 flow = facts_io(self._setup, facts)
                 yield _StoreFlow(self.store, flow, True, self._embeddings)
-        query = self._query(messages)
+        query, step = self._query(messages, indexing.kept_from)
         if query is None:
             empty = compose(self.config, self.counter, inner, after, [], (), count)
             return self._prefetched(empty, ahead)
@@ -403,7 +441,7 @@ class Retrieval(Strategy, Folding):
             ),
             _SourceSearch(c.sources, query, c.per_ranking, c.source_timeout),
         )
-        if not self._searches(query, turns, who):
+        if not step and not self._searches(query, turns, who):
             turns = []  # small talk: nothing from the past (sources still count)
         passages, errors = source_passages(c, outcomes)
         # a fact the view's summary still shows is not retrieved again
@@ -471,17 +509,84 @@ class Retrieval(Strategy, Folding):
         self._setup.cache.remember(cast(list[PutOp], written))
         return True
 
-    def _query(self, messages: Sequence[BaseMessage]) -> str | None:
+    # -- a store that lost the thread ------------------------------------------------------------
+
+    def _recover(
+        self, messages: Sequence[BaseMessage], inner: MemoryResult, key: MemoryKey
+    ) -> Generator[Request, Any, MemoryResult]:
+        """``inner``, or (the store lost the thread) ``inner`` with its index watermark moved
+        back so that this call indexes again every turn the history still holds, under the
+        numbers they had. A thread is checked once per process, the first time a state says it
+        has indexed turns: its mark is read (one small get); in the steady state, nothing.
+        The mark is written after the turns of every write, so a store that holds none while
+        the state says turns were indexed lost them (emptied, replaced, restored from before
+        the thread began). Turns that the history no longer holds are counted, and reported
+        once per thread (a warning and ``store_faults``). A store whose items expire
+        (``default_ttl``) is not checked: gone turns there are expired, not lost."""
+        state = inner.state
+        thread = key.namespace(TURNS)
+        ttl = self.store.ttl_config or {}
+        if state.indexed_turns <= 0 or ttl.get("default_ttl") is not None:
+            return inner
+        with self._checked_lock:
+            if thread in self._checked:
+                self._checked.move_to_end(thread)
+                return inner
+        mark_ns, label = key.namespace(MARKS, scope="user"), key.labels()[2]
+        mark = yield _StoreFlow(self.store, _get_io(GetOp(mark_ns, label, False)))
+        if mark is not None:
+            self._remember_checked(key)
+            return inner
+        body_start = 1 if messages and is_system(messages[0]) else 0
+        start, _ = resume_point(messages, state, body_start)
+        held = len(turn_groups(messages, body_start, start))
+        first = max(state.indexed_turns - held, 0)  # the number of the oldest turn held
+        self._faults.note(LOST_STORE)
+        if first and self._first_report(thread):
+            self._faults.note(LOST_TURNS, first)
+            logger.warning(
+                "langmem_ext: the store lost %d turn(s) of thread %r that the state says were "
+                "indexed and the history passed no longer holds: they cannot be retrieved "
+                "(the %d turn(s) it holds are indexed again)",
+                first,
+                key.session,
+                held,
+            )
+        again = indexed_through(state, messages, watermark=0, body_start=body_start, turns=first)
+        return replace(inner, state=again)
+
+    def _remember_checked(self, key: MemoryKey) -> None:
+        """The thread's store holds what the state says (checked, or just written)."""
+        _remember(self._checked, key.namespace(TURNS), self._checked_lock)
+
+    def _forget_checked(self, key: MemoryKey) -> None:
+        with self._checked_lock:
+            self._checked.pop(key.namespace(TURNS), None)
+
+    def _first_report(self, thread: tuple[str, ...]) -> bool:
+        """Whether the lost turns of ``thread`` are reported now (once per thread)."""
+        return _remember(self._reported, thread, self._checked_lock)
+
+    def _query(self, messages: Sequence[BaseMessage], kept_from: int) -> tuple[str | None, bool]:
+        """What the index is searched for, and whether it is an agent's step. Inside an agent
+        turn some of whose rounds already left the view (``kept_from``, the oldest position the
+        view shows, is past the request), the agent's newest step (:func:`turn_query`): the
+        request is the same for hundreds of rounds and cannot tell round 300's need from round
+        12's; such a step is always searched (the gate reads a user's question; a step is about
+        the turn's own past, paid from the context's reserve). Otherwise the newest human
+        message (with ``query_messages`` before it), gated."""
         last = last_human(messages)
         if last is None:
-            return None
+            return None, False
+        if kept_from > last + 1 and (step := turn_query(messages, last)):
+            return step, True
         text = message_text(messages[last])
         if len(text.split()) < self.config.min_query_length:
-            return None
+            return None, False
         if self.config.query_messages:
             before = messages[max(0, last - self.config.query_messages) : last]
             text = "\n".join([*(message_text(m) for m in before), text])
-        return text
+        return text, False
 
     def _searches(
         self, query: str, rankings: Sequence[tuple[float, Sequence[Candidate]]], key: MemoryKey
@@ -498,7 +603,7 @@ class Retrieval(Strategy, Folding):
         )
         if best is not None and best >= STRONG_MATCH:
             return True
-        lexical = self._setup.cache.get(self._prefix(key))
+        lexical = self._setup.cache.peek(self._prefix(key))
         known = None if lexical is None else (lambda term: lexical.index.frequency(term) > 0)
         return asks_about_the_past(query, known)
 
@@ -511,8 +616,9 @@ class Retrieval(Strategy, Folding):
     def _turns_io(
         self, query: str, key: MemoryKey, known: int = 0
     ) -> Io[list[tuple[float, list[Candidate]]]]:
-        """The memory index's rankings of ``query`` (see :func:`~.search.turns_io`)."""
-        return turns_io(self._setup, query, key, known)
+        """The memory index's rankings of ``query`` (see :func:`~.search.turns_io`); a store
+        found to have lost the thread is checked again by the next call (``_recover``)."""
+        return turns_io(self._setup, query, key, known, lambda: self._forget_checked(key))
 
     def _fuse(
         self,
@@ -522,3 +628,23 @@ class Retrieval(Strategy, Folding):
     ) -> list[Candidate]:
         """Every ranking fused (see :func:`~.compose.fuse`)."""
         return fuse(self.config, turns, passages, shown)
+
+
+def _get_io(op: GetOp) -> Io[Item | None]:
+    """One get, as a store flow."""
+    (got,) = yield [op]
+    return cast("Item | None", got)
+
+
+def _remember(
+    seen: OrderedDict[tuple[str, ...], None], thread: tuple[str, ...], lock: threading.Lock
+) -> bool:
+    """Add ``thread`` to ``seen`` (the newest of at most ``CHECKED_THREADS``); whether it was
+    not there yet."""
+    with lock:
+        new = thread not in seen
+        seen[thread] = None
+        seen.move_to_end(thread)
+        while len(seen) > CHECKED_THREADS:
+            seen.popitem(last=False)
+    return new

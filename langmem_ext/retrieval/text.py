@@ -4,6 +4,7 @@ retrieved turn, and the comparisons of texts and messages Retrieval makes."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import re
@@ -130,6 +131,47 @@ def turn_groups(messages: Sequence[BaseMessage], start: int, stop: int) -> list[
     return groups
 
 
+def starts_piece(message: BaseMessage) -> bool:
+    """Whether ``message`` opens a piece of a turn: a HumanMessage (the turn's head) or an
+    AIMessage with tool calls (a tool round: the call, its results, and what the assistant
+    said after them, up to the next call)."""
+    return isinstance(message, HumanMessage) or (
+        isinstance(message, AIMessage) and bool(message.tool_calls)
+    )
+
+
+def has_rounds(messages: Sequence[BaseMessage], group: Sequence[int]) -> bool:
+    """Whether the positions ``group`` hold a tool round (an AIMessage with tool calls)."""
+    return any(isinstance(m, AIMessage) and m.tool_calls for m in (messages[i] for i in group))
+
+
+def turn_pieces(messages: Sequence[BaseMessage], group: Sequence[int]) -> list[list[int]]:
+    """A turn's positions (``group``) split where a piece starts (:func:`starts_piece`): its
+    head, then one piece per tool round. A long agent turn is indexed piece by piece as its
+    rounds leave the view, so each round is one small document, written once."""
+    pieces: list[list[int]] = []
+    for i in group:
+        if starts_piece(messages[i]) or not pieces:
+            pieces.append([i])
+        else:
+            pieces[-1].append(i)
+    return pieces
+
+
+def turn_query(messages: Sequence[BaseMessage], last: int, limit: int = 2_000) -> str:
+    """Inside an agent turn, what the agent is after now: the text and tool calls of the
+    newest AIMessage after the newest human message (at ``last``), at most ``limit``
+    characters; "" when the turn has none. The human request stays the same for hundreds of
+    rounds, so it cannot tell round 300's question from round 12's; the agent's newest step
+    ("now I need the build id from the earlier CI run", its call's arguments) can."""
+    for i in range(len(messages) - 1, last, -1):
+        message = messages[i]
+        if isinstance(message, AIMessage):
+            calls = (f"{call['name']} {call['args']}" for call in message.tool_calls)
+            return "\n".join(p for p in (message_text(message).strip(), *calls) if p)[:limit]
+    return ""
+
+
 def message_parts(messages: Sequence[BaseMessage]) -> list[str]:
     """Each message of a turn rendered alone (distinct, non-empty): what the dense index embeds,
     one vector per message (a search scores a turn by its best message), and what compact
@@ -174,6 +216,107 @@ def compact_turn(parts: Sequence[str], min_words: int, terms: frozenset[str]) ->
         elif hits:
             kept.append(f"{role}: … " + " … ".join(hits))
     return None if kept == list(parts) else "\n".join(kept)
+
+
+#: a retrieved tool round's result longer than this many characters comes back as excerpts
+#: around the query's words (the round stays one block: its call, then its result)
+ROUND_CHARS = 600
+#: words kept on each side of a query word in an excerpt
+_WINDOW = 12
+#: a query word a result holds more often than this is not looked for in it (unless it holds
+#: no other)
+_REPEATED = 8
+
+
+def is_round(parts: Sequence[str]) -> bool:
+    """Whether a stored turn's ``parts`` are one piece of a long turn with a tool result and no
+    user message (see :func:`turn_pieces`)."""
+    return not any(p.startswith("user: ") for p in parts) and any(
+        p.startswith("tool ") for p in parts
+    )
+
+
+def compact_round(parts: Sequence[str], terms: frozenset[str]) -> str | None:
+    """A retrieved tool round as packed: its call (and what the assistant said) whole, and each
+    result over ``ROUND_CHARS`` as the words around the query's ``terms`` (``excerpts``), so a
+    fact inside a long result comes back without the rest of it, and more rounds fit. The
+    round is text in the context message, so cutting its result breaks no tool-call pairing.
+    None: not a round, or nothing to cut (the round whole)."""
+    if not parts or not is_round(parts):
+        return None
+    out: list[str] = []
+    for p in parts:
+        head, sep, body = p.partition(" result: ")
+        if p.startswith("tool ") and sep and len(p) > ROUND_CHARS:
+            out.append(f"{head} result (excerpts): {excerpts(body, terms, ROUND_CHARS)}")
+        else:
+            out.append(p)
+    return None if out == list(parts) else "\n".join(out)
+
+
+def excerpts(text: str, terms: frozenset[str], chars: int) -> str:
+    """The words of ``text`` around those among ``terms`` (``_WINDOW`` each side), richest
+    windows first (most distinct terms) while they fit ``chars``, in text order, joined by
+    "…"; the start of ``text`` when none of its words is a term."""
+    words, where, ends = _text_index(text)
+    present = [where[t] for t in sorted(terms) if t in where]
+    if not present:
+        return _clip_words(words, chars)
+    # a word the text repeats everywhere locates nothing (and would cost a window per use)
+    present = [ps for ps in present if len(ps) <= _REPEATED] or present
+    scored = []
+    for i in sorted({i for positions in present for i in positions}):
+        low, high = max(0, i - _WINDOW), min(len(words), i + _WINDOW + 1)
+        distinct = sum(bisect.bisect_left(ps, low) < bisect.bisect_left(ps, high) for ps in present)
+        scored.append((-distinct, i, low, high))
+    spans: list[tuple[int, int]] = []
+    used = 0
+    for _, _, low, high in sorted(scored):
+        if any(a <= low and high <= b for a, b in spans):
+            continue
+        cost = ends[high] - ends[low]
+        if spans and used + cost > chars:
+            continue
+        spans.append((low, high))
+        used += cost
+    merged: list[list[int]] = []
+    for low, high in sorted(spans):
+        if merged and low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    pieces = [" ".join(words[low:high]) for low, high in merged]
+    lead = "… " if merged[0][0] > 0 else ""
+    trail = " …" if merged[-1][1] < len(words) else ""
+    return lead + " … ".join(pieces) + trail
+
+
+@functools.lru_cache(maxsize=256)
+def _text_index(text: str) -> tuple[tuple[str, ...], dict[str, list[int]], list[int]]:
+    """A text's words, the positions of each term (``tokenize``) among them, and the
+    characters before each word (``ends[i]``: words ``0..i-1`` and a space each). Cached: the
+    rounds a long turn retrieves come back call after call, each time for another question."""
+    words = tuple(text.split())
+    where: dict[str, list[int]] = {}
+    ends = [0]
+    for i, word in enumerate(words):
+        for term in tokenize(word):
+            positions = where.setdefault(term, [])
+            if not positions or positions[-1] != i:
+                positions.append(i)
+        ends.append(ends[-1] + len(word) + 1)
+    return words, where, ends
+
+
+def _clip_words(words: Sequence[str], chars: int) -> str:
+    kept: list[str] = []
+    used = 0
+    for word in words:
+        if used + len(word) + 1 > chars:
+            return " ".join(kept) + " …"
+        kept.append(word)
+        used += len(word) + 1
+    return " ".join(kept)
 
 
 @functools.lru_cache(maxsize=4_096)

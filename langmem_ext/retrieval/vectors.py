@@ -82,6 +82,9 @@ _TAIL_ROWS = 4_096  # rows added since the lists were made, scanned exactly, bef
 _TAIL_SHARE = 64  # ... (or 1/64 of the rows in the lists)
 _BLAS_VALUES = 1 << 22  # a product this large (values) or larger goes to BLAS (see ``_dot``)
 _CONVERT = 1_024  # rows per step of a float16 conversion (they stay in cache to be scaled)
+#: what ``nbytes`` counts a key (a dict entry, a list slot, an int) and an empty index
+KEY_BYTES = 112
+_BASE_BYTES = 2_048
 #: float16 -> float32 by table (numpy's own float16 cast is about 2 ns a value here)
 _F16: NDArray[np.float32] = (
     np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
@@ -159,6 +162,22 @@ class VectorIndex:
         """Whether searches use the coarse structure now: past ``exact_rows`` once it is
         fitted."""
         return self._coarse is not None and self.rows > self.exact_rows
+
+    @property
+    def nbytes(self) -> int:
+        """An estimate of the memory this index holds, in O(1): its arrays' ``nbytes`` (the
+        matrix and its bookkeeping at their allocated size, the coarse lists' codes) plus
+        ``KEY_BYTES`` a key ever added (its slot in the dict and the list). The keys' own
+        strings are the caller's and not counted."""
+        held = self._matrix.nbytes + self._owner.nbytes + self._start.nbytes + self._count.nbytes
+        coarse = self._coarse
+        if coarse is not None:
+            held += sum(
+                a.nbytes
+                for a in (coarse.heads, coarse.norms, coarse.codes, coarse.ids, coarse.bounds)
+            )
+            held += 0 if coarse.basis is None else coarse.basis.nbytes
+        return _BASE_BYTES + held + KEY_BYTES * len(self._keys)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no fit of the coarse structure is pending; False when ``timeout`` seconds

@@ -20,6 +20,7 @@ from langmem_ext.core.state import MemoryState
 from langmem_ext.core.transitions import indexed_through
 from langmem_ext.retrieval import layout
 from langmem_ext.retrieval.codec import distinct_texts, encode_block, with_vectors
+from langmem_ext.retrieval.config import context_budget
 from langmem_ext.retrieval.flows import Io
 from langmem_ext.retrieval.index import STALE_MARK, IndexSetup
 from langmem_ext.retrieval.layout import (
@@ -41,7 +42,15 @@ from langmem_ext.retrieval.layout import (
     tail_value,
 )
 from langmem_ext.retrieval.reads import pages_io
-from langmem_ext.retrieval.text import message_parts, render_turn, same_message, turn_groups
+from langmem_ext.retrieval.text import (
+    has_rounds,
+    message_parts,
+    render_turn,
+    same_message,
+    starts_piece,
+    turn_groups,
+    turn_pieces,
+)
 
 
 class Indexing(NamedTuple):
@@ -73,20 +82,24 @@ def turns_to_index(
 
     Everything is anchored to positions: the keys are :func:`key_at` keys, and what the view
     shows is found by walking the view and the history back from their ends together, so a
-    repeated text ("continue") in the view never stands for an older copy of itself."""
+    repeated text ("continue") in the view never stands for an older copy of itself.
+
+    What left is everything before the view's newest stretch of the history, the request a
+    long agent turn pins included (it is shown, so never retrieved while it is): the rounds
+    between the request and that stretch leave the view one by one, and each is indexed as
+    it leaves (see :func:`index_units`)."""
     state = result.state
     n = len(messages)
     body_start = 1 if n and is_system(messages[0]) else 0
     start, keys = resume_point(messages, state, body_start)
     first_kept, shown = shown_in_view(messages, result.messages, start, keys)
-    groups = turn_groups(messages, start, first_kept)
-    if not groups:
+    units, texts, unfinished = index_units(
+        messages, start, first_kept, 4 * context_budget(setup.config)
+    )
+    if not units:
         return Indexing([], state, 0, shown, first_kept)
-    # the last group is unfinished when the view starts inside its turn: index what left,
-    # and index it again (same key) once the rest of the turn has left too
-    unfinished = first_kept < n and not isinstance(messages[first_kept], HumanMessage)
-    texts = [render_turn([messages[i] for i in group]) for group in groups]
-    before = [previous_turn(messages, start, body_start), *texts[:-1]]
+    chars = setup.config.neighbor_chars
+    before = [previous_turn(messages, start, body_start, chars), *texts[:-1]]
     first_seq = state.indexed_turns
     ops = [
         turn_write(
@@ -95,18 +108,50 @@ def turns_to_index(
             first_seq + g,
             text,
             prev,
-            [keys[i - start] for i in group],
+            [keys[i - start] for i in unit],
             now,
-            message_parts([messages[i] for i in group]),
+            message_parts([messages[i] for i in unit]),
         )
-        for g, (group, text, prev) in enumerate(zip(groups, texts, before, strict=True))
+        for g, (unit, text, prev) in enumerate(zip(units, texts, before, strict=True))
     ]
-    complete = len(groups) - (1 if unfinished else 0)
-    watermark = first_kept - (len(groups[-1]) if unfinished else 0)
+    # an unfinished last unit is indexed now and again (same key and number) once it is whole
+    complete = len(units) - (1 if unfinished else 0)
+    watermark = units[-1][0] if unfinished else first_kept
     moved = indexed_through(
         state, messages, watermark=watermark, body_start=body_start, turns=first_seq + complete
     )
     return Indexing(ops, moved, complete, shown, first_kept)
+
+
+def index_units(
+    messages: Sequence[BaseMessage], start: int, stop: int, whole_chars: int
+) -> tuple[list[list[int]], list[str], bool]:
+    """The positions ``start..stop-1`` as the units indexed (each one stored turn), their
+    texts, and whether the last one is unfinished (it may still grow: the history goes on
+    inside it at ``stop``).
+
+    A turn that left whole is one unit, unless it has tool rounds and its text is over
+    ``whole_chars`` (it could never come back in the context message). Such a turn, and a
+    turn that leaves piece by piece (a long agent turn: its request pinned in the view, its
+    rounds leaving one by one), is split into pieces (:func:`turn_pieces`): the head, then
+    one unit per tool round, each written once as it leaves, never the whole turn again."""
+    n = len(messages)
+    units: list[list[int]] = []
+    texts: list[str] = []
+    for group in turn_groups(messages, start, stop):
+        end = group[-1] + 1
+        ended = end < stop or (stop < n and isinstance(messages[stop], HumanMessage))
+        if isinstance(messages[group[0]], HumanMessage) and ended:
+            text = render_turn([messages[i] for i in group])
+            if len(text) <= whole_chars or not has_rounds(messages, group):
+                units.append(group)
+                texts.append(text)
+                continue
+        for piece in turn_pieces(messages, group):
+            units.append(piece)
+            texts.append(render_turn([messages[i] for i in piece]))
+    unfinished = bool(units) and stop < n and not starts_piece(messages[stop])
+    return units, texts, unfinished
 
 
 def turn_write(
@@ -155,30 +200,52 @@ def resume_point(
 def shown_in_view(
     messages: Sequence[BaseMessage], view: Sequence[BaseMessage], start: int, keys: list[str]
 ) -> tuple[int, set[str]]:
-    """The oldest position at or after ``start`` that the view shows (``len(messages)`` when
-    none), and the keys of the messages it shows. O(view + messages since ``start``)."""
+    """Where the view's newest stretch of the history starts, at or after ``start``
+    (``len(messages)`` when the view shows nothing since ``start``), and the keys of the
+    messages it shows. The stretch is the run of consecutive positions the view ends with:
+    a message shown before a gap (the request a long agent turn pins) does not hold back
+    the rounds in the gap, which left. O(view + messages since ``start``)."""
     n = len(messages)
     shown = {str(m.id) for m in view if m.id and m.id != RETRIEVED_ID}
     first = n
     j = n - 1
+    run = True  # still in the newest stretch
     for v in reversed(view):
         if v.id == RETRIEVED_ID:
             continue
         q = j
         while q >= start and not same_message(messages[q], v):
             q -= 1
-        if q < start:  # a summary, a placeholder, the system message, or older
+        if q < start:  # a summary, a placeholder, a digest, the system message, or older
             continue
         shown.add(keys[q - start])
-        first, j = q, q - 1
+        run = run and (first == n or q == first - 1)
+        if run:
+            first = q
+        j = q - 1
     return first, shown
 
 
-def previous_turn(messages: Sequence[BaseMessage], start: int, body_start: int) -> str:
+def previous_turn(
+    messages: Sequence[BaseMessage], start: int, body_start: int, chars: int | None = None
+) -> str:
+    """The text of the turn before ``start`` (back to its HumanMessage), or of its last
+    ``chars`` characters and more: rendered message by message from the end, so a long agent
+    turn costs what the stored neighbour keeps, not the whole turn."""
+    lines: list[str] = []
+    size = 0
     j = start - 1
-    while j >= body_start and not isinstance(messages[j], HumanMessage):
+    while j >= body_start:
+        line = render_turn([messages[j]])
+        if line:
+            lines.append(line)
+            size += len(line) + 1
+        if isinstance(messages[j], HumanMessage):
+            break
+        if chars is not None and size > chars:
+            return "\n".join(reversed(lines))
         j -= 1
-    return render_turn(messages[j:start]) if j >= body_start else ""
+    return "\n".join(reversed(lines)) if j >= body_start else ""
 
 
 def fact_writes(

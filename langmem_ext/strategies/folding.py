@@ -17,8 +17,11 @@ marked folded, once), or, when it must fold now (the trigger is crossed), waits 
 one, at most ``fold_wait`` seconds, and otherwise shows the degraded view with its note (nothing
 lost; the fold is adopted on a later call). Jobs live in the strategy object (its
 :class:`Folding`), so a fold finished after a checkpoint is adopted by the next turn of the same
-thread in this process; another process simply folds again. ``flush()`` / ``aflush()`` wait for
-the running jobs.
+thread in this process. Another process adopts it too when the surface shares folds through a
+store (:mod:`langmem_ext.strategies.shared_folds`: a lease while the fold runs, its result
+published when it ends; a worker that finds the lease held answers like a local running job);
+without one, another process simply folds again. ``flush()`` / ``aflush()`` wait for the
+running jobs.
 
 A job never waits on its model. Each job runs in a daemon thread of its own (an ``aapply`` job
 on an event loop of its own in that thread, whose executor threads are daemons too), and its
@@ -44,10 +47,12 @@ import asyncio
 import concurrent.futures
 import contextvars
 import copy
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -56,6 +61,7 @@ from langmem_ext.core.fold_config import FoldRequest
 from langmem_ext.core.steps import Step
 from langmem_ext.core.transcript import render_transcript
 from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldOutcome
+from langmem_ext.strategies.shared_folds import Adopt, Claim, Held, SharedFolds, Take, shared_folds
 from langmem_ext.summarize.summarizer import Summarizer
 
 if TYPE_CHECKING:
@@ -134,7 +140,74 @@ class Folding:
         assert job is not None
         return job
 
+    def _shared(self, request: FoldRequest) -> SharedFolds | None:
+        """Where this call shares its background folds with other workers (see
+        :mod:`~langmem_ext.strategies.shared_folds`): only a strategy that folds in the
+        background has folds to share (an inline fold ends within its turn), and a fold this
+        process already runs is answered by its local job."""
+        if not self.folds_in_background or _jobs_of(self).find(request) is not None:
+            return None
+        return shared_folds()
+
+    def _lease(self, request: FoldRequest) -> float:
+        """Seconds a shared fold's lease lasts: the job's deadline (a fold with none gets
+        :data:`_LEASE_CAP`), plus slack for publishing; past it another worker takes over."""
+        deadline = job_deadline(self._inline_summarizer(), request.previous, request.messages)
+        return (_LEASE_CAP if deadline is None else deadline) + _DEADLINE_SLACK
+
+    def _claimed(
+        self, request: FoldRequest, claim: Claim, shared: SharedFolds, asynchronous: bool
+    ) -> FoldOutcome | None:
+        """The answer of the other workers to ``request`` (None: fold as without sharing).
+        A fold running elsewhere is answered like a local running job; a lease taken here
+        starts the job, which publishes its outcome when it ends."""
+        logger.debug("langmem_ext: shared fold claim %s: %s", shared, type(claim).__name__)
+        if isinstance(claim, Adopt):
+            return claim.outcome
+        if isinstance(claim, Held):
+            return FoldDeferred()
+        if isinstance(claim, Take):
+            publish = functools.partial(shared.publish, claim)
+            summarizer = self._inline_summarizer()
+            jobs = _jobs_of(self)
+            if (
+                jobs.start(summarizer, request, asynchronous, self.background_limit, publish)
+                is None
+            ):
+                shared.publish(claim, FoldDeferred())  # not started: the lease is released
+            return FoldDeferred()
+        return None
+
+    def _fold_shared(self, request: FoldRequest, shared: SharedFolds) -> FoldOutcome | None:
+        lease = self._lease(request)
+        claim = shared.claim(request, lease=lease, take=request.background)
+        if isinstance(claim, Held) and not request.background:  # due now: wait, bounded
+            limit = _wait_limit(claim, self.fold_wait)
+            delay, waited = _POLL_FIRST, time.monotonic()
+            while isinstance(claim, Held) and (left := limit - (time.monotonic() - waited)) > 0:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, _POLL_MAX)
+                claim = shared.claim(request, lease=lease, take=False)
+        return self._claimed(request, claim, shared, asynchronous=False)
+
+    async def _afold_shared(self, request: FoldRequest, shared: SharedFolds) -> FoldOutcome | None:
+        lease = self._lease(request)
+        claim = await shared.aclaim(request, lease=lease, take=request.background)
+        if isinstance(claim, Held) and not request.background:  # due now: wait, bounded
+            limit = _wait_limit(claim, self.fold_wait)
+            delay, waited = _POLL_FIRST, time.monotonic()
+            while isinstance(claim, Held) and (left := limit - (time.monotonic() - waited)) > 0:
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, _POLL_MAX)
+                claim = await shared.aclaim(request, lease=lease, take=False)
+        return self._claimed(request, claim, shared, asynchronous=True)
+
     def _fold(self, request: FoldRequest) -> FoldOutcome:
+        shared = self._shared(request)
+        if shared is not None:
+            outcome = self._fold_shared(request, shared)
+            if outcome is not None:
+                return outcome
         if request.background or _jobs_of(self).find(request) is not None:
             answer = self._background(request)
             if not isinstance(answer, _Job):
@@ -147,6 +220,11 @@ class Folding:
             return _failed(error, at=self._now())
 
     async def _afold(self, request: FoldRequest) -> FoldOutcome:
+        shared = self._shared(request)
+        if shared is not None:
+            outcome = await self._afold_shared(request, shared)
+            if outcome is not None:
+                return outcome
         if request.background or _jobs_of(self).find(request) is not None:
             answer = self._background(request, asynchronous=True)
             if not isinstance(answer, _Job):
@@ -220,6 +298,11 @@ class _Job:
     messages: tuple[BaseMessage, ...]
     future: concurrent.futures.Future[dict[str, str]]
     deadline: float | None = None
+    #: told the outcome before the future is settled (a shared fold publishes it, so whoever
+    #: sees the job done, ``flush`` included, finds it published)
+    ended: Callable[[FoldOutcome], None] | None = None
+    #: taken by the first of the result and the deadline: only it publishes and settles
+    settling: threading.Lock = field(default_factory=threading.Lock)
 
     def begins(self, request: FoldRequest) -> bool:
         """Whether this fold's input is the start of ``request``'s: the same summary, and its
@@ -243,6 +326,12 @@ _THREAD_NAME = "langmem_ext-fold"
 _GRACE = 0.5
 #: seconds a job's deadline allows beyond its model calls (starting the thread, counting)
 _DEADLINE_SLACK = 1.0
+#: seconds a shared fold's lease lasts when its summarizer has no timeout (no deadline)
+_LEASE_CAP = 600.0
+#: seconds a fold due now waits at most for a lease held by another worker (``fold_wait=None``)
+_REMOTE_WAIT = 10.0
+#: first and longest pause between two reads of a shared fold's record while waiting for it
+_POLL_FIRST, _POLL_MAX = 0.02, 0.25
 
 
 class _Jobs:
@@ -274,11 +363,13 @@ class _Jobs:
         request: FoldRequest,
         asynchronous: bool = False,
         limit: int = 4,
+        ended: Callable[[FoldOutcome], None] | None = None,
     ) -> _Job | None:
         """Run the fold in a daemon thread of its own: ``fold``, or for ``aapply`` ``afold`` on
         an event loop of the thread's own (a summarizer model that is only async works, and the
         fold outlives the caller's loop, e.g. one ``asyncio.run`` per call). None, and nothing
-        started, when ``limit`` threads of this strategy are still alive."""
+        started, when ``limit`` threads of this strategy are still alive. ``ended`` is told
+        the outcome when the job settles (a shared fold publishes it)."""
         previous, messages = dict(request.previous), tuple(request.messages)
         with self._lock:
             if self._live >= limit:
@@ -290,6 +381,7 @@ class _Jobs:
                 messages,
                 concurrent.futures.Future(),
                 job_deadline(summarizer, previous, messages),
+                ended,
             )
             with self._lock:
                 self._jobs.append(job)
@@ -313,6 +405,33 @@ class _Jobs:
         if error is not None:
             return _failed(error) if isinstance(error, Exception) else FoldFailed(error)
         return Folded(job.future.result(), covers=len(job.messages))
+
+
+def _finish(
+    job: _Job, value: dict[str, str] | None = None, error: BaseException | None = None
+) -> None:
+    """Settle ``job`` with its result or error, once (the result and the deadline race): a
+    shared fold's outcome is published first (not logged here: the worker that adopts a
+    failure logs it)."""
+    if not job.settling.acquire(blocking=False):
+        return
+    if job.ended is not None:
+        outcome: FoldOutcome = FoldFailed(error) if error is not None else Folded(value or {})
+        try:
+            job.ended(outcome)
+        except Exception:  # publishing never raises; this is only a guard
+            logger.exception("langmem_ext: publishing a shared fold raised; ignored")
+    _settle(job.future, value, error)
+
+
+def _wait_limit(held: Held, fold_wait: float | None) -> float:
+    """Seconds a fold due now waits for one running in another worker: until its lease ends
+    (then it is taken over), at most ``fold_wait``, and at most :data:`_REMOTE_WAIT` when
+    ``fold_wait`` is None: the holder may be a killed worker whose lease runs for the fold's
+    whole deadline, so the call shows the degraded view (nothing lost) and a later call takes
+    the lease over once it has expired."""
+    left = max(held.until - time.time(), 0.0) + _POLL_MAX
+    return min(left, _REMOTE_WAIT if fold_wait is None else fold_wait)
 
 
 _JOBS_LOCK = threading.Lock()
@@ -403,7 +522,7 @@ def _launch(
 
     def expire() -> None:
         assert job.deadline is not None
-        _settle(future, error=_timed_out(job.deadline))
+        _finish(job, error=_timed_out(job.deadline))
         for cancel in on_deadline:
             cancel()
 
@@ -417,9 +536,9 @@ def _launch(
             if asynchronous:
                 _afold_on_own_loop(summarizer, job, on_deadline)
             else:
-                _settle(future, summarizer.fold(job.previous, job.messages))
+                _finish(job, summarizer.fold(job.previous, job.messages))
         except BaseException as error:  # delivered to whoever adopts the job
-            _settle(future, error=error)
+            _finish(job, error=error)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -446,9 +565,9 @@ def _afold_on_own_loop(
 
         async def fold() -> None:
             try:
-                _settle(job.future, await summarizer.afold(job.previous, job.messages))
+                _finish(job, await summarizer.afold(job.previous, job.messages))
             except BaseException as error:  # a cancel at the deadline ends up here too
-                _settle(job.future, error=error)
+                _finish(job, error=error)
 
         task = loop.create_task(fold())
 

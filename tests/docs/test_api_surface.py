@@ -37,6 +37,7 @@ EXPECTED = (
     "FoldPolicy",
     "GraphSchemaError",
     "GraphSchemaWarning",
+    "IndexCacheStats",
     "InvalidHistoryError",
     "InvalidStateError",
     "LangmemExtError",

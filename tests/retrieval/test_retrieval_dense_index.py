@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -362,13 +361,6 @@ def test_sqlite_store_reopened_needs_no_document_embedding(tmp_path: Any) -> Non
         assert [m.content for m in after.messages] == [m.content for m in before.messages]
 
 
-def _pgvector(conn: Any) -> bool:
-    return (
-        conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
-        is not None
-    )
-
-
 def test_postgres_store_with_an_index_keeps_the_dense_ranking_in_the_store(
     pg_schema_dsn: str,
 ) -> None:
@@ -398,23 +390,17 @@ def test_postgres_store_with_an_index_keeps_the_dense_ranking_in_the_store(
         assert (with_model.dense_index, with_model.config.ranking) == ("local", "hybrid")
 
 
-def test_postgres_store_side_dense_retrieval_end_to_end(pg_schema_dsn: str) -> None:
-    """(i) With pgvector in the server: the store-side dense ranking finds the paraphrased fact
-    and the turns carry no ``vectors`` (the store embedded them). Skipped, with the reason, on a
-    server without the ``vector`` extension (``PostgresStore(index=...).setup()`` cannot run)."""
+def test_postgres_store_side_dense_retrieval_end_to_end(pgvector_schema_dsn: str) -> None:
+    """(i) With pgvector in the server (tests/pgvector_server.py: always there, in CI too): the
+    store-side dense ranking finds the paraphrased fact and the turns carry no ``vectors`` (the
+    store embedded them)."""
     import psycopg
     from langgraph.store.postgres import PostgresStore
     from psycopg.rows import dict_row
 
     with psycopg.connect(
-        pg_schema_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        pgvector_schema_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
     ) as conn:
-        if not _pgvector(conn):
-            where = os.environ.get("LANGMEM_EXT_TEST_PG", "127.0.0.1:5432")
-            pytest.skip(
-                f"the PostgreSQL server at {where!r} has no 'vector' extension "
-                "(pg_available_extensions): PostgresStore(index=...).setup() needs pgvector"
-            )
         store = PostgresStore(conn, index={"dims": DIMS, "embed": Concepts(), "fields": ["text"]})
         store.setup()
         strategy = retrieval(store, ranking="dense")

@@ -11,7 +11,8 @@ What the retrieval strategy can stand on, pinned as tests:
   JSON value. Pass both keys.
 - ``InMemoryStore(index=...)`` works as documented.
 - ``PostgresStore(index=...)`` needs the pgvector extension in the server: without it ``setup()``
-  fails with FeatureNotSupported.
+  fails with FeatureNotSupported (the machine's server); with it (the embedded server of
+  tests/pgvector_server.py) it works as documented.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from langchain_core.embeddings import Embeddings  # noqa: E402
 from langgraph.store.memory import InMemoryStore  # noqa: E402
 from langgraph.store.sqlite import SqliteStore  # noqa: E402
 
-from langmem_ext.errors import EmbeddingModelNotFoundError  # noqa: E402
 from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings  # noqa: E402
 
 MEMORIES = {
@@ -68,13 +68,9 @@ class RecordingEmbeddings(Embeddings):
 
 
 @pytest.fixture(scope="module")
-def model() -> LocalMiniLMEmbeddings:
-    try:
-        embeddings = LocalMiniLMEmbeddings()
-        embeddings.load()
-    except EmbeddingModelNotFoundError as error:
-        pytest.skip(str(error))
-    return embeddings
+def model(minilm_embeddings: LocalMiniLMEmbeddings) -> LocalMiniLMEmbeddings:
+    """The loaded model (conftest: skipped when it is not installed, failing under CI=true)."""
+    return minilm_embeddings
 
 
 def _index(embed: Embeddings) -> dict[str, Any]:
@@ -229,10 +225,12 @@ def test_in_memory_store_semantic_search(model: LocalMiniLMEmbeddings) -> None:
     )
 
 
-def test_postgres_store_index_needs_pgvector(
+def test_postgres_store_index_without_pgvector_fails_setup(
     model: LocalMiniLMEmbeddings, pg_schema_dsn: str
 ) -> None:
-    psycopg = pytest.importorskip("psycopg")
+    """On the machine's server (no pgvector) ``setup()`` of an indexed store fails, and the same
+    server still serves a store without ``index=``. Skipped on a server that has pgvector."""
+    import psycopg
     from langgraph.store.postgres import PostgresStore
     from psycopg.rows import dict_row
 
@@ -242,12 +240,9 @@ def test_postgres_store_index_needs_pgvector(
         available = conn.execute(
             "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
         ).fetchone()
-        store = PostgresStore(conn, index={"dims": 384, "embed": model, "fields": ["text"]})
         if available:
-            store.setup()
-            store.put(("alice",), "1", {"text": "Alice is allergic to peanuts."})
-            assert store.search(("alice",), query="food allergies")[0].key == "1"
-            return
+            pytest.skip("this PostgreSQL has pgvector: the indexed store sets up (tested below)")
+        store = PostgresStore(conn, index={"dims": 384, "embed": model, "fields": ["text"]})
         with pytest.raises(
             psycopg.errors.FeatureNotSupported, match='extension "vector" is not available'
         ):
@@ -257,3 +252,21 @@ def test_postgres_store_index_needs_pgvector(
         plain.setup()
         plain.put(("alice",), "1", {"text": "Alice is allergic to peanuts."})
         assert [item.key for item in plain.search(("alice",))] == ["1"]
+
+
+def test_postgres_store_index_with_pgvector(
+    model: LocalMiniLMEmbeddings, pgvector_schema_dsn: str
+) -> None:
+    """With pgvector (tests/pgvector_server.py: always there, in CI too) the indexed store sets
+    up, embeds what is put and ranks by meaning."""
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(
+        pgvector_schema_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
+    ) as conn:
+        store = PostgresStore(conn, index={"dims": 384, "embed": model, "fields": ["text"]})
+        store.setup()
+        store.put(("alice",), "1", {"text": "Alice is allergic to peanuts."})
+        assert store.search(("alice",), query="food allergies")[0].key == "1"

@@ -1,0 +1,253 @@
+"""Background folds shared by the workers of one store: :class:`StoreSharedFolds`.
+
+N worker processes serve one agent behind a load balancer, on one PostgreSQL (``PostgresSaver``
+for the threads, ``PostgresStore`` for long-term memory). A background fold started by one
+worker (``prefetch_tokens``) is adopted by whichever worker serves the thread's next turn,
+instead of being folded again there: the thread's record (a lease while the fold runs, its
+result when it ends; :mod:`langmem_ext.strategies.shared_folds` says what it holds and why this
+is safe when one thread's turns run one after another) is one item of the store, under
+``("langmem_ext", "folds", tenant, user, thread)``, key ``"fold"``.
+
+``MemoryNode`` and ``MemoryMiddleware`` share through the graph's store (``compile(store=...)``,
+``create_agent(store=...)``) by default, or a store passed as ``share_folds=``; only a strategy
+that folds in the background reads or writes it, and only when its plan asks for a fold. A
+call without a ``thread_id`` shares nothing (no shared default).
+
+Bounded. Every read and write is bounded by ``timeout`` seconds (a sync store call runs in a
+daemon thread and is abandoned at the bound; an async one is cancelled); a store error, a
+timeout or a damaged record degrades to folding in this worker, with a logged warning, never a
+failed call. On a ``PostgresStore`` over a connection pool, the read and the lease write of a
+claim also run under a session advisory lock of the thread (:func:`~langmem_ext.integrations.
+locks.pg_try_lock`, bounded), so two claims of one thread never interleave even when its turns
+overlap. A lease ends at the fold's deadline (:func:`~langmem_ext.strategies.folding.
+job_deadline`, plus slack): a killed worker's lease is taken over once it has expired. Leases
+compare the workers' wall clocks: clock skew between machines shortens or lengthens a lease
+by the skew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from langgraph.store.base import BaseStore
+
+from langmem_ext.core.fold_config import FoldRequest
+from langmem_ext.core.keys import MemoryKey
+from langmem_ext.core.transitions import FoldFailed, FoldOutcome
+from langmem_ext.integrations.locks import (
+    advisory_key,
+    apg_try_lock,
+    pg_store_connection,
+    pg_try_lock,
+)
+from langmem_ext.strategies.shared_folds import Adopt, Claim, FoldRecord, Take
+
+try:  # where LangGraph gives a running node its runtime (and the graph's store)
+    from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+except ImportError:  # pragma: no cover - older/newer layouts; the value has not changed
+    CONFIG_KEY_RUNTIME = "__pregel_runtime"
+
+__all__ = ["ITEM_KEY", "KIND", "StoreSharedFolds", "graph_store", "shared_folds_for"]
+
+logger = logging.getLogger("langmem_ext")
+
+_T = TypeVar("_T")
+
+#: the namespace kind and item key of a thread's shared fold record
+KIND, ITEM_KEY = "folds", "fold"
+#: seconds one claim or publish may take (store calls and the advisory lock together)
+DEFAULT_TIMEOUT = 5.0
+_LOCK_PURPOSE = "langmem_ext.fold.share"
+#: this process, as a lease's owner (host, pid, a random part: a reused pid is another owner)
+_OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class StoreSharedFolds:
+    """A thread's shared background folds, as one item of ``store`` under ``namespace``
+    (:class:`~langmem_ext.strategies.shared_folds.SharedFolds`). Cheap to make: one per call."""
+
+    def __init__(
+        self, store: BaseStore, namespace: tuple[str, ...], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.timeout = timeout
+        self.owner = _OWNER
+
+    def __repr__(self) -> str:
+        return f"StoreSharedFolds({type(self.store).__name__}, {self.namespace!r})"
+
+    # -- the protocol -----------------------------------------------------------------------------
+
+    def claim(self, request: FoldRequest, *, lease: float, take: bool) -> Claim:
+        try:
+            return _bounded(self.timeout, self._claim, request, lease, take)
+        except Exception as error:
+            self._degraded("claim", error)
+            return None
+
+    async def aclaim(self, request: FoldRequest, *, lease: float, take: bool) -> Claim:
+        try:
+            return await asyncio.wait_for(self._aclaim(request, lease, take), self.timeout)
+        except Exception as error:  # TimeoutError included
+            self._degraded("claim", error)
+            return None
+
+    def publish(self, taken: Take, outcome: FoldOutcome) -> None:
+        try:
+            _bounded(self.timeout, self._publish, taken.record.settled(outcome))
+        except Exception as error:
+            self._degraded("publish", error)
+
+    # -- sync -------------------------------------------------------------------------------------
+
+    def _claim(self, request: FoldRequest, lease: float, take: bool) -> Claim:
+        with self._locked():
+            record = self._read(self.store.get(self.namespace, ITEM_KEY))
+            now = time.time()
+            answer = record.answer(request, now) if record is not None else None
+            write = _written(record, answer, request, take, now + lease, self.owner)
+            if write is not None:
+                self.store.put(self.namespace, ITEM_KEY, write.to_dict(), index=False)
+            return Take(write) if answer is None and take and write is not None else answer
+
+    def _publish(self, settled: FoldRecord) -> None:
+        with self._locked():
+            current = self._read(self.store.get(self.namespace, ITEM_KEY))
+            if current is None or current.origin == settled.origin:  # not moved on meanwhile
+                self.store.put(self.namespace, ITEM_KEY, settled.to_dict(), index=False)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        pool = self._pool(sync=True)
+        if pool is None:
+            yield
+            return
+        with pg_try_lock(pool, advisory_key(self.namespace, _LOCK_PURPOSE), self.timeout):
+            yield
+
+    # -- async ------------------------------------------------------------------------------------
+
+    async def _aclaim(self, request: FoldRequest, lease: float, take: bool) -> Claim:
+        async with self._alocked():
+            record = self._read(await self.store.aget(self.namespace, ITEM_KEY))
+            now = time.time()
+            answer = record.answer(request, now) if record is not None else None
+            write = _written(record, answer, request, take, now + lease, self.owner)
+            if write is not None:
+                await self.store.aput(self.namespace, ITEM_KEY, write.to_dict(), index=False)
+            return Take(write) if answer is None and take and write is not None else answer
+
+    @contextlib.asynccontextmanager
+    async def _alocked(self) -> Any:
+        pool = self._pool(sync=False)
+        if pool is None:
+            yield
+            return
+        async with apg_try_lock(pool, advisory_key(self.namespace, _LOCK_PURPOSE), self.timeout):
+            yield
+
+    # -- shared -----------------------------------------------------------------------------------
+
+    def _pool(self, *, sync: bool) -> Any:
+        """The store's connection pool of the caller's kind, for the advisory lock; None for
+        another store, or a single connection (its session is the store's own, used by every
+        thread of the process: the claim then relies on the thread's turns being serialized)."""
+        conn = pg_store_connection(self.store)
+        if conn is None:
+            return None
+        try:
+            from psycopg_pool import AsyncConnectionPool, ConnectionPool
+        except ImportError:  # pragma: no cover - ships with langgraph's postgres store
+            return None
+        kind = ConnectionPool if sync else AsyncConnectionPool
+        return conn if isinstance(conn, kind) else None
+
+    def _read(self, item: Any) -> FoldRecord | None:
+        if item is None:
+            return None
+        record = FoldRecord.from_dict(item.value)
+        if record is None:
+            logger.warning("langmem_ext: ignored a damaged shared fold record in %s", self)
+        return record
+
+    def _degraded(self, what: str, error: BaseException) -> None:
+        logger.warning(
+            "langmem_ext: shared fold %s failed in %s (%s: %s); folding in this worker",
+            what,
+            self,
+            type(error).__name__,
+            error,
+        )
+
+
+def _written(
+    record: FoldRecord | None,
+    answer: Adopt | Any,
+    request: FoldRequest,
+    take: bool,
+    until: float,
+    owner: str,
+) -> FoldRecord | None:
+    """What a claim writes: a failure adopted once becomes ``consumed`` (the next attempt,
+    after the backoff, starts a fold again); a free fold is leased when ``take``."""
+    if isinstance(answer, Adopt) and isinstance(answer.outcome, FoldFailed):
+        assert record is not None
+        return replace(record, status="consumed")
+    if answer is None and take:
+        return FoldRecord.lease(request, until, owner)
+    return None
+
+
+def _bounded(timeout: float, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in a daemon thread, waited for at most ``timeout`` seconds: a hung store
+    call is abandoned (it ends on its own), never waited for."""
+    future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=work, name="langmem_ext-fold-share", daemon=True).start()
+    return future.result(timeout=timeout)
+
+
+def graph_store(config: Mapping[str, Any] | None) -> BaseStore | None:
+    """The store of the graph a node runs in (``compile(store=...)``), or None."""
+    configurable = (config or {}).get("configurable") or {}
+    runtime = configurable.get(CONFIG_KEY_RUNTIME) if isinstance(configurable, Mapping) else None
+    store = getattr(runtime, "store", None)
+    return store if isinstance(store, BaseStore) else None
+
+
+def shared_folds_for(
+    share: bool | BaseStore, config: Mapping[str, Any] | None, store: BaseStore | None
+) -> StoreSharedFolds | None:
+    """Where a surface's call shares background folds: the store passed as ``share`` (True:
+    ``store``, the graph's), under the run's thread; None when sharing is off, there is no
+    store, or the run names no thread (no shared default)."""
+    if share is False:
+        return None
+    chosen = share if isinstance(share, BaseStore) else store
+    if chosen is None:
+        return None
+    try:
+        key = MemoryKey.from_config(config)
+    except (TypeError, ValueError):  # a config the surface's own key check reports
+        return None
+    if "session" in key.defaulted:
+        return None
+    return StoreSharedFolds(chosen, key.namespace(KIND))

@@ -1,0 +1,79 @@
+"""The soak benchmark at a tiny size on PostgreSQL (a fresh schema): every turn lands, nothing
+is lost, leaked or failed, one worker is killed and restarted, and the report says so. No
+timing thresholds: a run this small says nothing about speed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from bench.soak import QUICK, render_markdown, run_soak
+from bench.soak_worker import SoakModel, Summarizer, marker, question, thread_of
+
+
+def test_markers_name_their_thread_and_turn() -> None:
+    n = marker(12, 3, 2)
+    assert thread_of(n) == 12 and (n % 1_000) // 4 == 3
+    assert str(question(12, 3).content).startswith(f"m{marker(12, 3, 0)}: ")
+
+
+def test_the_model_counts_a_foreign_message_in_its_view() -> None:
+    model = SoakModel()
+    own = [question(1, 1)]
+    assert str(model.invoke(own).content).startswith(f"m{marker(1, 1, 3)}:")  # odd turn: a reply
+    assert model.leaks == 0
+    model.invoke([HumanMessage(f"m{marker(2, 0, 0)}: another thread's question"), *own])
+    assert model.leaks == 1
+
+
+def test_the_model_calls_its_tool_on_even_turns() -> None:
+    reply = SoakModel().invoke([question(4, 2)])
+    assert isinstance(reply, AIMessage) and reply.tool_calls
+    done = SoakModel().invoke(
+        [question(4, 2), reply, ToolMessage("m8010: found", tool_call_id=reply.tool_calls[0]["id"])]
+    )
+    assert not done.tool_calls and done.id == "t4-2-a3"
+
+
+def test_the_summarizer_tags_its_thread_and_keeps_its_spans() -> None:
+    lines: list[dict[str, object]] = []
+    summarizer = Summarizer(lambda **fields: lines.append(fields), delay=0.0)  # type: ignore[arg-type]
+    text = summarizer([question(5, 0), question(5, 1)])
+    assert text.startswith("Summary of t5. ")
+    assert lines == [{"kind": "fold", "markers": [5000, 5004], "threads": [5]}]
+    assert summarizer.overlap(5, 0.0, 10**9) >= 0.0 and summarizer.overlap(6, 0.0, 10**9) == 0.0
+
+
+def test_quick_soak_loses_nothing(pg_schema_dsn: str) -> None:
+    # a fold held by the killed worker is waited for 1 s at most (its lease outlives it)
+    config = replace(
+        QUICK, workers=2, threads_per_worker=4, turns=6, pool=2, delay=0.01, fold_wait=1.0
+    )
+    results = run_soak(config, log=lambda _: None, dsn=pg_schema_dsn)
+    checks = results["checks"]
+    assert results["run"]["turns_done"] == 2 * 4 * 6 and not results["run"]["kill"].get(
+        "time_limit_hit"
+    )
+    assert results["run"]["kill"]["worker"] == 0  # one worker killed and restarted
+    assert [r["killed"] for r in results["rss"]].count(True) == 1
+    for name in ("lost_turns", "unanswered_turns", "duplicated_messages", "lost_messages"):
+        assert checks[name] == 0, (name, checks)
+    assert results["view_leaks"] == 0 and results["fold_input_leaks"] == 0
+    assert checks["marker_leaks"] == 0
+    assert results["error_count"] == 0 and results["given_up"] == 0, results["errors"]
+    assert checks["store_notes"] == checks["store_notes_expected"] == 2 * 4 * 3
+    assert checks["folds"] > 0 and results["summarizer_calls"] >= checks["folds"]
+    # 3 tool turns of 2 model calls and 3 of one, per thread; the killed worker's are not reported
+    assert 0 < results["throughput"]["model_calls"] <= 2 * 4 * 9
+    results["meta"]["runtime_s"] = 1.0
+    md = render_markdown(results)
+    assert "| lost turns | 0 | PASS |" in md and "killed (SIGKILL)" in md
+
+
+def test_percentiles_are_in_milliseconds() -> None:
+    from bench.soak import _ms
+
+    assert _ms([0.001, 0.002], 50) == pytest.approx(1.5)
+    assert _ms([], 50) is None
