@@ -365,8 +365,9 @@ class IndexCacheStats:
 class IndexCache:
     """A Retrieval's in-process indexes by namespace prefix, bounded by their estimated bytes
     (``Lexical.nbytes``; ``max_bytes``, 0: none kept beyond the call) and by ``max_entries``:
-    the least recently used go first, and an index larger than the whole bound serves its call
-    and is not kept. An index dropped is rebuilt from the store (its index blocks and the turns
+    the least recently used go first; the most recently used stays whatever its size (alone
+    when it is larger than the bound: a long thread is not rebuilt on every call). An index
+    dropped is rebuilt from the store (its index blocks and the turns
     after them) when its prefix is searched again. Also the last queries' vectors: an agent
     loop asks its one request again on every tool round, and a hosted embedding model would be
     paid (and waited for) each time. One lock guards both, and the indexes' turns while a
@@ -421,7 +422,7 @@ class IndexCache:
 
     def install(self, prefix: tuple[str, ...], lexical: Lexical) -> None:
         """Keep ``lexical`` (just built) as the most recently used, dropping the least recently
-        used while over the bounds; one larger than the whole bound is not kept."""
+        used while over the bounds (the newest stays, alone if it is larger than the bound)."""
         with self.lock:
             old = self.lexicals.pop(prefix, None)
             if old is not None:
@@ -469,14 +470,14 @@ class IndexCache:
 
     def _shrink(self, used: tuple[str, ...] | None = None) -> None:
         """Drop the least recently used entries while over a bound (the caller holds the
-        lock); first the one just ``used`` when it alone is over the bytes bound (it serves
-        its call, and the others stay)."""
+        lock). The most recently used one stays whatever its size (unless the bound is 0): it
+        was just in memory for its call, and a thread larger than the bound would otherwise be
+        rebuilt from the store on every call; then it is the only one kept."""
         bound = self._bound
-        if used is not None and self._sizes.get(used, 0) > bound:
-            del self.lexicals[used]
-            self._bytes -= self._sizes.pop(used)
-            self._evictions += 1
-        while self.lexicals and (self._bytes > bound or len(self.lexicals) > self.max_entries):
+        keep = 0 if bound == 0 else 1
+        while len(self.lexicals) > keep and (
+            self._bytes > bound or len(self.lexicals) > self.max_entries
+        ):
             prefix, _ = self.lexicals.popitem(last=False)
             self._bytes -= self._sizes.pop(prefix)
             self._evictions += 1
