@@ -16,10 +16,12 @@ call without a ``thread_id`` shares nothing (no shared default).
 Bounded. Every read and write is bounded by ``timeout`` seconds (a sync store call runs in a
 daemon thread and is abandoned at the bound; an async one is cancelled); a store error, a
 timeout or a damaged record degrades to folding in this worker, with a logged warning, never a
-failed call. On a ``PostgresStore`` over a connection pool, the read and the lease write of a
-claim also run under a session advisory lock of the thread (:func:`~langmem_ext.integrations.
-locks.pg_try_lock`, bounded), so two claims of one thread never interleave even when its turns
-overlap. A lease ends at the fold's deadline (:func:`~langmem_ext.strategies.folding.
+failed call. No lock is taken around a claim: the turns of one thread run one after another
+(the LangGraph server runs them so), and a claim's lease is written before the turn that starts
+the fold returns, so the next turn sees it; two overlapping turns of one thread can at worst
+fold twice, never count twice. (An advisory lock held on a pooled connection while the store
+takes another from the same pool starved the pool under load: 2 PoolTimeouts in the soak.) A
+lease ends at the fold's deadline (:func:`~langmem_ext.strategies.folding.
 job_deadline`, plus slack): a killed worker's lease is taken over once it has expired. Leases
 compare the workers' wall clocks: clock skew between machines shortens or lengthens a lease
 by the skew.
@@ -29,14 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -45,12 +46,6 @@ from langgraph.store.base import BaseStore
 from langmem_ext.core.fold_config import FoldRequest
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.transitions import FoldFailed, FoldOutcome
-from langmem_ext.integrations.locks import (
-    advisory_key,
-    apg_try_lock,
-    pg_store_connection,
-    pg_try_lock,
-)
 from langmem_ext.strategies.shared_folds import Adopt, Claim, FoldRecord, Take
 
 try:  # where LangGraph gives a running node its runtime (and the graph's store)
@@ -66,7 +61,7 @@ _T = TypeVar("_T")
 
 #: the namespace kind and item key of a thread's shared fold record
 KIND, ITEM_KEY = "folds", "fold"
-#: seconds one claim or publish may take (store calls and the advisory lock together)
+#: seconds one claim or publish may take (its store calls together)
 DEFAULT_TIMEOUT = 5.0
 _LOCK_PURPOSE = "langmem_ext.fold.share"
 #: this process, as a lease's owner (host, pid, a random part: a reused pid is another owner)
@@ -113,66 +108,31 @@ class StoreSharedFolds:
     # -- sync -------------------------------------------------------------------------------------
 
     def _claim(self, request: FoldRequest, lease: float, take: bool) -> Claim:
-        with self._locked():
-            record = self._read(self.store.get(self.namespace, ITEM_KEY))
-            now = time.time()
-            answer = record.answer(request, now) if record is not None else None
-            write = _written(record, answer, request, take, now + lease, self.owner)
-            if write is not None:
-                self.store.put(self.namespace, ITEM_KEY, write.to_dict(), index=False)
-            return Take(write) if answer is None and take and write is not None else answer
+        record = self._read(self.store.get(self.namespace, ITEM_KEY))
+        now = time.time()
+        answer = record.answer(request, now) if record is not None else None
+        write = _written(record, answer, request, take, now + lease, self.owner)
+        if write is not None:
+            self.store.put(self.namespace, ITEM_KEY, write.to_dict(), index=False)
+        return Take(write) if answer is None and take and write is not None else answer
 
     def _publish(self, settled: FoldRecord) -> None:
-        with self._locked():
-            current = self._read(self.store.get(self.namespace, ITEM_KEY))
-            if current is None or current.origin == settled.origin:  # not moved on meanwhile
-                self.store.put(self.namespace, ITEM_KEY, settled.to_dict(), index=False)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        pool = self._pool(sync=True)
-        if pool is None:
-            yield
-            return
-        with pg_try_lock(pool, advisory_key(self.namespace, _LOCK_PURPOSE), self.timeout):
-            yield
+        current = self._read(self.store.get(self.namespace, ITEM_KEY))
+        if current is None or current.origin == settled.origin:  # not moved on meanwhile
+            self.store.put(self.namespace, ITEM_KEY, settled.to_dict(), index=False)
 
     # -- async ------------------------------------------------------------------------------------
 
     async def _aclaim(self, request: FoldRequest, lease: float, take: bool) -> Claim:
-        async with self._alocked():
-            record = self._read(await self.store.aget(self.namespace, ITEM_KEY))
-            now = time.time()
-            answer = record.answer(request, now) if record is not None else None
-            write = _written(record, answer, request, take, now + lease, self.owner)
-            if write is not None:
-                await self.store.aput(self.namespace, ITEM_KEY, write.to_dict(), index=False)
-            return Take(write) if answer is None and take and write is not None else answer
-
-    @contextlib.asynccontextmanager
-    async def _alocked(self) -> Any:
-        pool = self._pool(sync=False)
-        if pool is None:
-            yield
-            return
-        async with apg_try_lock(pool, advisory_key(self.namespace, _LOCK_PURPOSE), self.timeout):
-            yield
+        record = self._read(await self.store.aget(self.namespace, ITEM_KEY))
+        now = time.time()
+        answer = record.answer(request, now) if record is not None else None
+        write = _written(record, answer, request, take, now + lease, self.owner)
+        if write is not None:
+            await self.store.aput(self.namespace, ITEM_KEY, write.to_dict(), index=False)
+        return Take(write) if answer is None and take and write is not None else answer
 
     # -- shared -----------------------------------------------------------------------------------
-
-    def _pool(self, *, sync: bool) -> Any:
-        """The store's connection pool of the caller's kind, for the advisory lock; None for
-        another store, or a single connection (its session is the store's own, used by every
-        thread of the process: the claim then relies on the thread's turns being serialized)."""
-        conn = pg_store_connection(self.store)
-        if conn is None:
-            return None
-        try:
-            from psycopg_pool import AsyncConnectionPool, ConnectionPool
-        except ImportError:  # pragma: no cover - ships with langgraph's postgres store
-            return None
-        kind = ConnectionPool if sync else AsyncConnectionPool
-        return conn if isinstance(conn, kind) else None
 
     def _read(self, item: Any) -> FoldRecord | None:
         if item is None:

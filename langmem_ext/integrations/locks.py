@@ -38,19 +38,15 @@ from langmem_ext.integrations._store import Io, uncancelled
 
 __all__ = [
     "KeyLock",
-    "LockBusy",
     "advisory_key",
     "afile_lock",
     "apg_lock",
-    "apg_try_lock",
     "asqlite_file",
     "file_lock",
     "in_flight",
     "key_lock",
     "pg_connection",
     "pg_lock",
-    "pg_store_connection",
-    "pg_try_lock",
     "polled",
     "sqlite_file",
 ]
@@ -97,10 +93,9 @@ def key_lock(owner: Hashable, namespace: tuple[str, ...]) -> KeyLock:
         return entry
 
 
-def advisory_key(namespace: tuple[str, ...], purpose: str = "langmem_ext.history.write") -> int:
-    """A signed 64-bit PostgreSQL advisory-lock key for ``namespace`` (stable across processes);
-    ``purpose`` keeps the keys of different locks of one namespace apart."""
-    text = "\x1f".join((purpose, *namespace)).encode()
+def advisory_key(namespace: tuple[str, ...]) -> int:
+    """A signed 64-bit PostgreSQL advisory-lock key for ``namespace`` (stable across processes)."""
+    text = "\x1f".join(("langmem_ext.history.write", *namespace)).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
 
 
@@ -321,71 +316,6 @@ async def apg_lock(conn: Any, key: int) -> AsyncIterator[None]:
                 raise asyncio.CancelledError
             if acquired:
                 break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _POLL_MAX)
-        yield
-    finally:
-        if acquired:
-            _, cancelled = await uncancelled(_apg_query(conn, _UNLOCK, key))
-            if cancelled and not in_flight():
-                raise asyncio.CancelledError
-
-
-def pg_store_connection(store: BaseStore) -> Any:
-    """The connection (or pool) of a sync or async ``PostgresStore``, or None for another store."""
-    if not type(store).__module__.startswith("langgraph.store.postgres"):
-        return None
-    return getattr(store, "conn", None)
-
-
-class LockBusy(TimeoutError):
-    """An advisory lock was not free within the time allowed."""
-
-
-@contextmanager
-def pg_try_lock(conn: Any, key: int, timeout: float) -> Iterator[None]:
-    """:func:`pg_lock` bounded in time: :class:`LockBusy` when ``key`` is not free within
-    ``timeout`` seconds (a critical section of a few statements never waits longer)."""
-    import psycopg
-
-    if not isinstance(conn, psycopg.Connection):  # a pool: hold one connection throughout
-        with conn.connection(timeout=timeout) as held, pg_try_lock(held, key, timeout):
-            yield
-        return
-    end = time.monotonic() + timeout
-    delay = _POLL_FIRST
-    while not _pg_query(conn, _TRY_LOCK, key):
-        if time.monotonic() >= end:
-            raise LockBusy(f"advisory lock {key} busy for {timeout:g} s")
-        time.sleep(delay)
-        delay = min(delay * 2, _POLL_MAX)
-    try:
-        yield
-    finally:
-        _pg_query(conn, _UNLOCK, key)
-
-
-@asynccontextmanager
-async def apg_try_lock(conn: Any, key: int, timeout: float) -> AsyncIterator[None]:
-    """Async :func:`pg_try_lock` (the caller bounds the whole call; the lock is never leaked)."""
-    import psycopg
-
-    if not isinstance(conn, psycopg.AsyncConnection):  # a pool
-        async with conn.connection(timeout=timeout) as held, apg_try_lock(held, key, timeout):
-            yield
-        return
-    end = time.monotonic() + timeout
-    delay = _POLL_FIRST
-    acquired = False
-    try:
-        while True:
-            acquired, cancelled = await uncancelled(_apg_query(conn, _TRY_LOCK, key))
-            if cancelled:
-                raise asyncio.CancelledError
-            if acquired:
-                break
-            if time.monotonic() >= end:
-                raise LockBusy(f"advisory lock {key} busy for {timeout:g} s")
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
         yield
