@@ -14,11 +14,15 @@ from langgraph.store.base import BaseStore
 
 
 @contextmanager
-def sqlite_memory_store() -> Iterator[BaseStore]:
-    """A ``SqliteStore`` on an in-memory SQLite database."""
+def sqlite_memory_store(max_variables: int | None = None) -> Iterator[BaseStore]:
+    """A ``SqliteStore`` on an in-memory SQLite database; ``max_variables`` lowers the bound
+    parameters a statement may take (Python 3.11+; elsewhere the build's limit stays)."""
     from langgraph.store.sqlite import SqliteStore
 
     conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    setlimit = getattr(conn, "setlimit", None)
+    if max_variables is not None and setlimit is not None:
+        setlimit(getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER"), max_variables)  # noqa: B009
     try:
         store = SqliteStore(conn)
         store.setup()

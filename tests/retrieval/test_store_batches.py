@@ -7,7 +7,6 @@ dense index embeds in requests of ``EMBED_BATCH`` texts. A 50,000-turn eviction 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -15,9 +14,8 @@ import pytest
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.base import BaseStore, GetOp, Item, Op, PutOp, Result
-from langgraph.store.sqlite import SqliteStore
 from retrieval_views import context
-from stores import postgres_store
+from stores import postgres_store, sqlite_memory_store
 
 from langmem_ext import MemoryKey, Retrieval, TokenBudget
 from langmem_ext.retrieval import flows
@@ -145,22 +143,14 @@ def test_embedding_of_many_texts_is_several_requests_in_order(sync: bool) -> Non
 
 
 @pytest.fixture
-def sqlite_store() -> Iterator[SqliteStore]:
+def sqlite_store() -> Iterator[BaseStore]:
     """A ``SqliteStore`` whose SQLite allows 32,766 parameters a statement (the default since
     SQLite 3.32; some builds allow more)."""
-    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    setlimit = getattr(conn, "setlimit", None)  # (Python 3.11+; else the build's limit)
-    if setlimit is not None:
-        setlimit(getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER"), 32_766)  # noqa: B009
-    try:
-        store = SqliteStore(conn)
-        store.setup()
+    with sqlite_memory_store(max_variables=32_766) as store:
         yield store
-    finally:
-        conn.close()
 
 
-def test_large_get_batch_on_sqlite(sqlite_store: SqliteStore) -> None:
+def test_large_get_batch_on_sqlite(sqlite_store: BaseStore) -> None:
     """40,000 gets of one namespace: one ``key IN (...)`` is over SQLite's limit; the batch
     goes out in calls under it."""
     flows.batch_retrying(sqlite_store, [PutOp(NS, f"k{n}", {"n": n}) for n in range(40_000)])
