@@ -49,9 +49,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
 from langgraph.store.memory import InMemoryStore
 from long_turns_hyp import long_runs
+from memory_graphs import memory_graph
 from property_checks import (
     NOT_SHOWN_NOTE,
     check_budget,
@@ -104,6 +104,7 @@ from langmem_ext.core.transitions import FoldDeferred, Folded, FoldFailed, FoldO
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.folding import _jobs_of
 from langmem_ext.strategies.options import split_policy
+from langmem_ext.testing import RecordingSummarizer as BatchRecorder
 
 COUNTER = ApproximateCounter()
 #: the name of the threads background folds run in (one per job, engine._Jobs)
@@ -525,6 +526,27 @@ def check_accounting(run: Run, turn: Turn) -> None:
     assert notes == ([(str(report.not_shown), state.health)] if report.not_shown else []), notes
 
 
+def check_no_fold_twice(jobs: list[Any], answered: list[Answered]) -> None:
+    """No message is summarized twice: a background fold of the current summary that is
+    running or succeeded leads every later request (its messages are the oldest of the
+    request's), so the request adopts or waits for it instead of folding them again. (A fold
+    started inside an agent turn that has ended since must not reach past where the next
+    request stops.)"""
+    if not answered:
+        return
+    request = answered[0].request
+    for job in jobs:
+        done = job.future.done()
+        if job.previous != dict(request.previous) or (done and job.future.exception()):
+            continue
+        n = len(job.messages)
+        assert n <= len(request.messages) and list(request.messages[:n]) == list(job.messages), (
+            "a fold of these messages is running or done, yet the request does not start with "
+            f"them: {n} job messages, {len(request.messages)} requested"
+        )
+        event("a background fold leads the next request")
+
+
 class BackgroundFoldMachine(RuleBasedStateMachine):
     """A conversation with background compaction, driven in a random order: add the next
     messages and call, call again, finish a background fold (open its gate with an answer),
@@ -576,6 +598,7 @@ class BackgroundFoldMachine(RuleBasedStateMachine):
             out, opened = self.caller.run(lambda: asyncio.run(self.strategy.aapply(history, state)))
         settle(self.strategy, self.model)
         answered = list(self.caller.answered)
+        check_no_fold_twice(jobs_before, answered)
         if self.run.case.get("fold_wait") is not None:
             assert opened == [], "fold_wait is set: the call returns without the fold"
         jobs_after = background_jobs(self.strategy)
@@ -990,6 +1013,93 @@ def test_no_call_waits_for_the_summarizer_when_each_fold_finishes_between_turns(
     assert sum(len(f.messages) for f in folds if f.sections is not None) == adopted
 
 
+def _short_agent_turns(turns: int) -> Iterator[list[BaseMessage]]:
+    """The histories an agent's model sees over ``turns`` short turns, a tool call on every
+    other one: after the question, then (a tool turn) after the tool's result."""
+    history: list[BaseMessage] = []
+    for t in range(turns):
+        history.append(HumanMessage(f"question {t} about order {t % 97} and its depot " * 2))
+        yield list(history)
+        if t % 2 == 0:
+            call = {"name": "lookup", "args": {"order": t}, "id": f"call-{t}"}
+            history.append(AIMessage(f"let me look up order {t}", tool_calls=[call]))
+            result = f"order {t}: record found, shipped"
+            history.append(ToolMessage(result, tool_call_id=f"call-{t}"))
+            yield list(history)
+        history.append(AIMessage(f"answer {t}: the shipment left the depot on schedule " * 3))
+
+
+@pytest.mark.parametrize("budget", range(400, 1000, 25))
+def test_a_fold_started_inside_an_agent_turn_is_not_summarized_again_after_it(
+    budget: int,
+) -> None:
+    """A background fold started at a call inside an agent turn (its question, a tool round)
+    stops where the requests after the turn's end stop too: it is adopted, and no message is
+    ever given to the summarizer twice. (It used to cut inside the turn whenever the turn did
+    not fit the deeper room of a background fold: once the turn ended, the next request
+    stopped before it, the running fold no longer led it, and its messages were folded again.)
+    The summarizer answers at once; each fold is adopted by the call after it started."""
+    recorder = BatchRecorder(max_summary_tokens=budget // 5)
+    strategy = SummaryBuffer(
+        budget, summarizer=recorder, policy=FoldPolicy(prefetch_tokens=budget * 3 // 4)
+    )
+    state = None
+    for history in _short_agent_turns(14):
+        history = [m.model_copy(update={"id": f"m{i}"}) for i, m in enumerate(history)]
+        state = strategy.apply(history, state).state
+        assert strategy.flush(timeout=GATE_TIMEOUT) == 0
+    ids = recorder.folded_ids
+    assert state is not None and state.folds > 0
+    assert len(ids) == len(set(ids)), "a message was summarized twice"
+
+
+def _long_agent_turn_then_a_short_question(rounds: int) -> Iterator[list[BaseMessage]]:
+    """The histories an agent's model sees: a greeting, a request worked on in ``rounds`` tool
+    rounds with long results, the final answer, then a one-message follow-up question."""
+    history: list[BaseMessage] = [
+        HumanMessage("hello " * 10),
+        AIMessage("hi " * 10),
+        HumanMessage("please check all the orders " * 3),
+    ]
+    yield list(history)
+    for k in range(rounds):
+        call = {"name": "search", "args": {"q": f"q{k}"}, "id": f"c{k}"}
+        history += [AIMessage(f"looking {k}", tool_calls=[call])]
+        history += [ToolMessage("r" * 300, tool_call_id=f"c{k}")]
+        yield list(history)
+    for message in (AIMessage("done " * 5), HumanMessage("thanks")):
+        history.append(message)
+        yield list(history)
+
+
+@pytest.mark.parametrize("min_messages", [3, 4, 5])
+def test_a_fold_cut_inside_an_agent_turn_is_adopted_when_a_short_question_follows(
+    min_messages: int,
+) -> None:
+    """A background fold started at the end of a long agent turn cuts between its tool rounds
+    (the turn does not fit; its request is folded and pinned). A question follows, fewer
+    messages than ``min_messages``: the next request still reaches as far as the fold did, so
+    the fold is adopted and no message is given to the summarizer twice. (The request used to
+    move back to the turn's request, which the newest ``min_messages`` now reach: the fold no
+    longer led it, was never adopted, and the oldest messages were summarized again.)"""
+    recorder = BatchRecorder(max_summary_tokens=125)
+    strategy = SummaryBuffer(
+        1000,
+        summarizer=recorder,
+        target_tokens=333,
+        min_messages=min_messages,
+        policy=FoldPolicy(prefetch_tokens=800),
+    )
+    state = None
+    for history in _long_agent_turn_then_a_short_question(7):
+        history = [m.model_copy(update={"id": f"m{i}"}) for i, m in enumerate(history)]
+        state = strategy.apply(history, state).state
+        assert strategy.flush(timeout=GATE_TIMEOUT) == 0
+    ids = recorder.folded_ids
+    assert state is not None and state.folds > 0, "the background fold was never adopted"
+    assert len(ids) == len(set(ids)), "a message was summarized twice"
+
+
 def test_slow_summarizer_with_turns_half_a_second_apart_never_slows_a_turn() -> None:
     """(b) A 0.3 s summarizer and turns up to 0.5 s apart (the next turn comes as soon as the
     running fold is done, at most 0.5 s later): no call makes a summarizer call, every fold
@@ -1242,12 +1352,7 @@ def _graph(node: MemoryNode, seen: list[list[BaseMessage]]) -> Any:
         n = next(answers)
         return {"messages": [AIMessage(f"answer {n}: " + "details " * 30, id=f"a{n}")]}
 
-    builder = StateGraph(MemoryMessagesState)
-    builder.add_node("memory", node)
-    builder.add_node("model", respond)
-    builder.add_edge(START, "memory")
-    builder.add_edge("memory", "model")
-    return builder.compile(checkpointer=InMemorySaver())
+    return memory_graph(node, respond, InMemorySaver())
 
 
 @pytest.mark.parametrize("mode", ["view", "rewrite"])
