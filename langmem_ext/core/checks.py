@@ -64,6 +64,8 @@ def require_int(
     ...
     ValueError: Retrieval: k must be an integer >= 1, got 0; or None for no limit
     """
+    if type(value) is int and value >= minimum:  # the usual case, without a call
+        return
     if not is_int(value, minimum):
         raise _refuse(name, value, f"an integer >= {minimum:,}", why, owner, fix)
 

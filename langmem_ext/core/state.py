@@ -195,7 +195,9 @@ class MemoryState:
         _check_version(self.version)
         for name in _COUNTS:
             value = getattr(self, name)
-            if not is_int(value) or value < 0:
+            # ``type(value) is int`` answers the usual case without a call (this runs for every
+            # count of every state a plan builds, several per turn); is_int decides the rest
+            if (type(value) is not int and not is_int(value)) or value < 0:
                 raise _invalid(name, value, "an int >= 0")
         for name in _TEXTS:
             value = getattr(self, name)
