@@ -14,7 +14,8 @@ that folds in the background reads or writes it, and only when its plan asks for
 call without a ``thread_id`` shares nothing (no shared default).
 
 Bounded. Every read and write is bounded by ``timeout`` seconds (a sync store call runs in a
-daemon thread and is abandoned at the bound; an async one is cancelled); a store error, a
+daemon thread, reused from call to call, and is abandoned at the bound: a hung call keeps its
+thread and the next call gets another; an async one is cancelled); a store error, a
 timeout or a damaged record degrades to folding in this worker, with a logged warning, never a
 failed call. No lock is taken around a claim: the turns of one thread run one after another
 (the LangGraph server runs them so), and a claim's lease is written before the turn that starts
@@ -22,9 +23,10 @@ the fold returns, so the next turn sees it; two overlapping turns of one thread 
 fold twice, never count twice. (An advisory lock held on a pooled connection while the store
 takes another from the same pool starved the pool under load: 2 PoolTimeouts in the soak.) A
 lease ends at the fold's deadline (:func:`~langmem_ext.strategies.folding.
-job_deadline`, plus slack): a killed worker's lease is taken over once it has expired. Leases
-compare the workers' wall clocks: clock skew between machines shortens or lengthens a lease
-by the skew.
+job_deadline`, plus slack): a killed worker's lease is taken over once it has expired, or at
+once when its owner was a process of this host that no longer runs (the owner is written as
+host, pid and a random part). Leases compare the workers' wall clocks: clock skew between
+machines shortens or lengthens a lease by the skew.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -65,7 +68,14 @@ KIND, ITEM_KEY = "folds", "fold"
 DEFAULT_TIMEOUT = 5.0
 _LOCK_PURPOSE = "langmem_ext.fold.share"
 #: this process, as a lease's owner (host, pid, a random part: a reused pid is another owner)
-_OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+_HOST = socket.gethostname()
+_OWNER = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _forked() -> None:
+    """In a forked child (a pre-forking server's worker): an owner of its own."""
+    global _OWNER
+    _OWNER = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class StoreSharedFolds:
@@ -140,6 +150,9 @@ class StoreSharedFolds:
         record = FoldRecord.from_dict(item.value)
         if record is None:
             logger.warning("langmem_ext: ignored a damaged shared fold record in %s", self)
+        elif record.status == "running" and _owner_gone(record.owner):
+            logger.info("langmem_ext: took over the lease of a worker that ended (%s)", self)
+            return replace(record, until=0.0)  # expired: the claim takes it over
         return record
 
     def _degraded(self, what: str, error: BaseException) -> None:
@@ -150,6 +163,23 @@ class StoreSharedFolds:
             type(error).__name__,
             error,
         )
+
+
+def _owner_gone(owner: str) -> bool:
+    """Whether the lease's owner was a process of this host that no longer runs (a worker
+    killed mid-fold): its lease is taken over at once instead of when it expires. Another
+    host's owner, or a live pid (possibly reused), is never judged gone."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != _HOST or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, another user's: alive
+        return False
+    return False
 
 
 def _written(
@@ -170,19 +200,68 @@ def _written(
     return None
 
 
+#: daemon threads that run sync store calls at most (beyond, a call waits for a free one)
+_MAX_RUNNERS = 8
+
+
+class _Runners:
+    """Daemon threads for bounded sync store calls, reused: starting a thread per call cost a
+    millisecond or more under load (the caller waits for the new thread to be scheduled). An
+    idle thread takes the next call; when none is idle (one may hang in a store call) another
+    starts, up to :data:`_MAX_RUNNERS`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
+        self._tasks = queue.SimpleQueue()
+        self._idle = 0
+        self._threads = 0
+
+    def run(self, timeout: float, fn: Callable[[], _T]) -> _T:
+        """``fn()`` in one of the threads, waited for at most ``timeout`` seconds."""
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        with self._lock:
+            if self._idle:  # an idle thread will take it
+                self._idle -= 1
+                start = False
+            else:
+                start = self._threads < _MAX_RUNNERS
+                self._threads += start
+        self._tasks.put((future, fn))
+        if start:
+            threading.Thread(target=self._serve, name="langmem_ext-fold-share", daemon=True).start()
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # not started yet: never run
+            raise
+
+    def _serve(self) -> None:
+        while True:
+            future, fn = self._tasks.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as error:
+                    future.set_exception(error)
+            with self._lock:
+                self._idle += 1
+
+    def forked(self) -> None:
+        """In a forked child: the parent's threads are gone."""
+        self.__init__()  # type: ignore[misc]
+
+
+_RUNNERS = _Runners()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_RUNNERS.forked)
+    os.register_at_fork(after_in_child=_forked)
+
+
 def _bounded(timeout: float, fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(*args)`` in a daemon thread, waited for at most ``timeout`` seconds: a hung store
     call is abandoned (it ends on its own), never waited for."""
-    future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-
-    def work() -> None:
-        try:
-            future.set_result(fn(*args))
-        except BaseException as error:
-            future.set_exception(error)
-
-    threading.Thread(target=work, name="langmem_ext-fold-share", daemon=True).start()
-    return future.result(timeout=timeout)
+    return _RUNNERS.run(timeout, lambda: fn(*args))
 
 
 def graph_store(config: Mapping[str, Any] | None) -> BaseStore | None:

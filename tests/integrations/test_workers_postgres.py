@@ -13,9 +13,13 @@ next turn of its thread lands on another worker.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -262,6 +266,59 @@ def test_an_expired_lease_of_a_killed_worker_is_taken_over(store: Any) -> None:
     taken = shared.claim(request(1, 2), lease=30, take=True)
     assert isinstance(taken, Take) and taken.record.owner == shared.owner
     assert store.get(namespace, ITEM_KEY).value["owner"] == shared.owner
+
+
+def test_a_live_lease_of_a_worker_that_ended_on_this_host_is_taken_over_at_once(
+    store: Any,
+) -> None:
+    """A worker killed mid-fold leaves a lease running for the fold's whole deadline; on the
+    same host its pid is gone, so the next claim takes it over at once. A live owner, or one
+    on another host, still holds it."""
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    gone = f"{socket.gethostname()}:{int(ended.stdout)}:dead1234"
+    alive = f"{socket.gethostname()}:{os.getppid()}:live1234"
+    elsewhere = f"another-host-{uuid.uuid4().hex[:6]}:{int(ended.stdout)}:far12345"
+    for owner, expected in ((gone, Take), (alive, Held), (elsewhere, Held)):
+        namespace = ("langmem_ext", "folds", "t", "u", f"host-{uuid.uuid4().hex[:8]}")
+        lease = FoldRecord.lease(request(1, 2), until=time.time() + 600, owner=owner)
+        store.put(namespace, ITEM_KEY, lease.to_dict(), index=False)
+        shared = StoreSharedFolds(store, namespace)
+        claim = shared.claim(request(1, 2, 3), lease=30, take=True)
+        assert isinstance(claim, expected), (owner, claim)
+
+
+def test_a_hung_store_call_is_abandoned_at_the_bound_and_the_next_call_still_runs(
+    store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Claims run their store calls on reused daemon threads, bounded by ``timeout``: a store
+    call that hangs is abandoned (the claim answers None: fold in this worker), and the next
+    claim gets another thread instead of waiting behind it."""
+    release = threading.Event()
+
+    class Hanging:
+        def get(self, *args: Any, **kwargs: Any) -> Any:
+            release.wait(30)
+            raise ConnectionError("hung")
+
+    namespace = ("langmem_ext", "folds", "t", "u", f"hung-{uuid.uuid4().hex[:8]}")
+    hung = StoreSharedFolds(store, namespace, timeout=0.2)
+    hung.store = Hanging()  # type: ignore[assignment]
+    try:
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="langmem_ext"):
+            assert hung.claim(request(1), lease=30, take=True) is None
+        assert time.monotonic() - started < 5.0
+        assert "TimeoutError" in caplog.text
+        healthy = StoreSharedFolds(store, namespace, timeout=5.0)
+        for _ in range(3):  # each one after a thread is left hanging
+            assert isinstance(healthy.claim(request(1), lease=30, take=True), (Take, Held))
+    finally:
+        release.set()
 
 
 def test_a_failure_published_by_another_worker_is_adopted_once(store: Any) -> None:
