@@ -40,11 +40,11 @@ from langmem_ext.retrieval.config import RetrievalConfig
 from langmem_ext.retrieval.index import IndexCacheStats
 from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.vectors import VectorIndex
-from langmem_ext.strategies.engine import Strategy
-from langmem_ext.strategies.options import FoldPolicy
-from langmem_ext.strategies.presets import (
+from langmem_ext.strategies import (
     Compacting,
+    FoldPolicy,
     SlidingWindow,
+    Strategy,
     SummaryBuffer,
     TieredSummary,
     TokenBudget,

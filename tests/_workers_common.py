@@ -1,5 +1,6 @@
-"""Helpers shared by the worker scripts of the chat-history surface and the legacy class
-(``history_worker.py``, ``compat_worker.py``) and the tests that import them.
+"""Helpers shared by the worker scripts of the chat-history surface, the legacy class and the
+graph (``history_worker.py``, ``compat_worker.py``, ``graph_worker.py``) and the tests that import
+them.
 
 Importable both under pytest and when a worker runs as a script (its folder is then the first
 entry of ``sys.path``).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,8 +20,35 @@ from langchain_core.messages import BaseMessage
 from langgraph.store.base import GetOp, Op, PutOp, Result
 from langgraph.store.memory import InMemoryStore
 
+#: what the workers' questions and summaries carry: ``question 3:``, ``q3`` (a question a summary
+#: covers), ``marker=alpha`` (the thread's marker)
+QUESTION = re.compile(r"question (\d+):")
+COVERED = re.compile(r"\bq(\d+)\b")
+MARKER = re.compile(r"marker=(\w+)")
+
 #: how often a worker process looks for the start barrier (a file), in seconds
 BARRIER_POLL = 0.01
+
+
+def summarizer(prompt: list[BaseMessage]) -> str:
+    """Deterministic and content-dependent: the summary lists every question number and marker
+    it has read (in the transcript or the previous summary), so a summary that missed, repeated
+    or mixed up messages is visible."""
+    text = "\n".join(str(m.content) for m in prompt)
+    numbers = {int(n) for n in QUESTION.findall(text)} | {int(n) for n in COVERED.findall(text)}
+    found = sorted(set(MARKER.findall(text)))
+    return f"covers {' '.join(f'q{n}' for n in sorted(numbers))}; " + " ".join(
+        f"marker={m}" for m in found
+    )
+
+
+def covered(summary_text: str) -> set[int]:
+    """The question numbers a summary written by :func:`summarizer` covers."""
+    return {int(n) for n in COVERED.findall(summary_text)}
+
+
+def markers(text: str) -> set[str]:
+    return set(MARKER.findall(text))
 
 
 def wait_for_barrier(path: str) -> None:

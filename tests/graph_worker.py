@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -30,10 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from _workers_common import MARKER, summarizer  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langgraph.graph import START, StateGraph  # noqa: E402
+from memory_graphs import memory_graph  # noqa: E402
 
 from langmem_ext import MemoryMessagesState, MemoryNode, SummaryBuffer  # noqa: E402
 from langmem_ext.strategies.options import split_policy  # noqa: E402
@@ -41,36 +41,12 @@ from langmem_ext.strategies.options import split_policy  # noqa: E402
 MAX_TOKENS = 1_000
 MAX_SUMMARY_TOKENS = 100
 
-_QUESTION = re.compile(r"question (\d+):")
-_COVERED = re.compile(r"\bq(\d+)\b")
-_MARKER = re.compile(r"marker=(\w+)")
-
 
 def question(i: int, marker: str) -> HumanMessage:
     return HumanMessage(
         f"question {i}: marker={marker} " + "tell me more about the shipment " * 12,
         id=f"{marker}-q{i}",
     )
-
-
-def summarizer(prompt: list[BaseMessage]) -> str:
-    """Deterministic and content-dependent: the summary lists every question number and marker
-    it has read (in the transcript or the previous summary), so a summary that missed, repeated
-    or mixed up messages is visible."""
-    text = "\n".join(str(m.content) for m in prompt)
-    numbers = {int(n) for n in _QUESTION.findall(text)} | {int(n) for n in _COVERED.findall(text)}
-    markers = sorted(set(_MARKER.findall(text)))
-    covered = " ".join(f"q{n}" for n in sorted(numbers))
-    return f"covers {covered}; " + " ".join(f"marker={m}" for m in markers)
-
-
-def covered(summary_text: str) -> set[int]:
-    """The question numbers a summary written by :func:`summarizer` covers."""
-    return {int(n) for n in _COVERED.findall(summary_text)}
-
-
-def markers(text: str) -> set[str]:
-    return set(_MARKER.findall(text))
 
 
 def make_strategy(summarize: Callable[..., Any] = summarizer, **kwargs: Any) -> SummaryBuffer:
@@ -93,19 +69,14 @@ def build_graph(node: MemoryNode, checkpointer: Any, seen: list[list[BaseMessage
         seen.append(view)
         return {"messages": [answer(view)]}
 
-    builder = StateGraph(MemoryMessagesState)
-    builder.add_node("memory", node)
-    builder.add_node("model", model)
-    builder.add_edge(START, "memory")
-    builder.add_edge("memory", "model")
-    return builder.compile(checkpointer=checkpointer)
+    return memory_graph(node, model, checkpointer)
 
 
 def answer(view: Sequence[BaseMessage]) -> AIMessage:
     """The model's reply to the last question in the view, echoing its number and marker."""
     last = str(view[-1].content)
     number = last.split(":")[0].removeprefix("question ")
-    marker = _MARKER.findall(last)[0]
+    marker = MARKER.findall(last)[0]
     return AIMessage(
         f"answer {number}: marker={marker} " + "details " * 40, id=f"{marker}-a{number}"
     )

@@ -39,7 +39,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from _workers_common import await_barrier, wait_for_barrier  # noqa: E402
+from _workers_common import (  # noqa: E402
+    MARKER,
+    QUESTION,
+    await_barrier,
+    summarizer,
+    wait_for_barrier,
+)
 from fakes import RecordingChatModel  # noqa: E402
 from langchain_core.chat_history import (  # noqa: E402
     BaseChatMessageHistory,
@@ -65,41 +71,16 @@ RESERVE_TOKENS = 150
 SYSTEM_PROMPT = "You are a shipping assistant."
 PG_TABLE = "langmem_ext_chat_history"
 
-_QUESTION = re.compile(r"question (\d+):")
-_COVERED = re.compile(r"\bq(\d+)\b")
-_MARKER = re.compile(r"marker=(\w+)")
-
 
 def question_text(i: int, marker: str) -> str:
     return f"question {i}: marker={marker} " + "tell me more about the shipment " * 8
-
-
-def summarizer(prompt: list[BaseMessage]) -> str:
-    """Deterministic and content-dependent: the summary lists every question number and marker
-    it has read (in the transcript or the previous summary), so a summary that missed, repeated
-    or mixed up messages is visible."""
-    text = "\n".join(str(m.content) for m in prompt)
-    numbers = {int(n) for n in _QUESTION.findall(text)} | {int(n) for n in _COVERED.findall(text)}
-    found = sorted(set(_MARKER.findall(text)))
-    return f"covers {' '.join(f'q{n}' for n in sorted(numbers))}; " + " ".join(
-        f"marker={m}" for m in found
-    )
-
-
-def covered(summary_text: str) -> set[int]:
-    """The question numbers a summary written by :func:`summarizer` covers."""
-    return {int(n) for n in _COVERED.findall(summary_text)}
-
-
-def markers(text: str) -> set[str]:
-    return set(_MARKER.findall(text))
 
 
 def message_id(message: BaseMessage) -> str:
     """A deterministic id for an added message without one (``alpha-q3`` for question 3 of
     marker alpha), so runs in different processes can be compared exactly."""
     text = str(message.content)
-    number, marker = _QUESTION.search(text), _MARKER.search(text)
+    number, marker = QUESTION.search(text), MARKER.search(text)
     if number and marker:
         return f"{marker.group(1)}-q{number.group(1)}"
     return "h-" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
@@ -109,8 +90,8 @@ def answer_question(request: list[BaseMessage]) -> AIMessage:
     """The chat model's answer to the newest question of ``request``, echoing its number and
     marker (read from the request only), with a deterministic id."""
     last = str(request[-1].content)
-    number = _QUESTION.findall(last)[0]
-    marker = _MARKER.findall(last)[0]
+    number = QUESTION.findall(last)[0]
+    marker = MARKER.findall(last)[0]
     return AIMessage(
         f"answer {number}: marker={marker} " + "details " * 30, id=f"{marker}-a{number}"
     )

@@ -25,6 +25,7 @@ from layout_checks import (
     reexport_findings,
     size_findings,
 )
+from source_trees import write_package
 
 import langmem_ext
 
@@ -33,21 +34,6 @@ PACKAGE = Path(langmem_ext.__file__).parent
 
 def _report(findings: list[Finding]) -> str:
     return "\n".join(map(str, findings))
-
-
-def _package(tmp_path: Path, files: dict[str, str]) -> Path:
-    """A package ``pkg`` under ``tmp_path`` holding ``files`` (path -> source); every
-    directory gets an ``__init__.py``."""
-    root = tmp_path / "pkg"
-    for name, source in {"__init__.py": "", **files}.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for parent in [path.parent, *path.parent.parents]:
-            if parent == tmp_path:
-                break
-            (parent / "__init__.py").touch()
-        path.write_text(textwrap.dedent(source).lstrip("\n"), encoding="utf-8")
-    return root
 
 
 def _where(findings: list[Finding]) -> list[tuple[str, int]]:
@@ -91,7 +77,7 @@ ENTRY = frozenset({"__init__", "errors", "testing"})
 
 
 def test_an_undeclared_subpackage_is_reported_with_where_to_declare_it(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {"core/a.py": "X = 1\n", "top/b.py": "", "extra/__init__.py": "", "extra/c.py": ""},
     )
@@ -101,12 +87,12 @@ def test_an_undeclared_subpackage_is_reported_with_where_to_declare_it(tmp_path:
 
 
 def test_a_top_level_module_that_is_not_an_entry_point_is_reported(tmp_path: Path) -> None:
-    root = _package(tmp_path, {"core/a.py": "", "helpers.py": "", "errors.py": ""})
+    root = write_package(tmp_path, {"core/a.py": "", "helpers.py": "", "errors.py": ""})
     assert _where(layer_findings(root, LAYERS_OF_PKG, ENTRY)) == [("pkg/helpers.py", 1)]
 
 
 def test_an_upward_import_is_reported_at_its_line(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "core/a.py": """
@@ -126,7 +112,7 @@ def test_an_upward_import_is_reported_at_its_line(tmp_path: Path) -> None:
 
 
 def test_a_layer_importing_an_entry_point_or_the_public_api_is_reported(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "core/a.py": "def f():\n    from pkg.testing import fake\n",
@@ -143,7 +129,7 @@ def test_a_layer_importing_an_entry_point_or_the_public_api_is_reported(tmp_path
 
 
 def test_a_private_module_of_another_package_is_reported(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "integrations/_store.py": "class Flow: ...\n",
@@ -157,7 +143,7 @@ def test_a_private_module_of_another_package_is_reported(tmp_path: Path) -> None
 
 
 def test_a_private_name_from_another_package_is_reported(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "core/tokens.py": "class _CountCache: ...\nclass Counter: ...\n",
@@ -178,7 +164,7 @@ def test_a_private_name_from_another_package_is_reported(tmp_path: Path) -> None
 
 
 def test_a_relative_import_of_a_private_module_is_resolved(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "core/_shared.py": "",
@@ -194,7 +180,7 @@ def test_a_relative_import_of_a_private_module_is_resolved(tmp_path: Path) -> No
 
 
 def test_a_cycle_through_a_function_level_import_is_reported(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "replay/engine.py": "import os\nfrom pkg.replay.plots import plot\n",
@@ -207,7 +193,7 @@ def test_a_cycle_through_a_function_level_import_is_reported(tmp_path: Path) -> 
 
 
 def test_a_longer_cycle_is_reported_once(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "a.py": "from pkg import b\n",
@@ -221,7 +207,7 @@ def test_a_longer_cycle_is_reported_once(tmp_path: Path) -> None:
 
 
 def test_imports_under_type_checking_do_not_make_a_cycle(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "engine.py": "from pkg.results import Replay\n",
@@ -241,7 +227,7 @@ def test_a_function_level_import_of_a_lazy_extra_does_not_make_a_cycle(tmp_path:
         "extra.py": "from pkg import helpers\n",
         "helpers.py": "import pkg\n",
     }
-    root = _package(tmp_path, files)
+    root = write_package(tmp_path, files)
     assert _where(cycle_findings(root, frozenset({"pkg.extra"}))) == []
     # the same import of a module that is not a lazy extra counts
     assert _where(cycle_findings(root, frozenset())) == [("pkg/__init__.py", 2)]
@@ -257,7 +243,7 @@ def _function(lines: int, name: str = "f") -> str:
 
 
 def test_a_file_over_the_limit_is_reported_at_its_first_line_too_many(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {"big.py": "x = 1\n" * (MAX_FILE_LINES + 1), "fits.py": "x = 1\n" * MAX_FILE_LINES},
     )
@@ -272,7 +258,7 @@ def test_a_function_over_the_limit_is_reported_at_its_def(tmp_path: Path) -> Non
         + "\n\nclass C:\n    @property\n"
         + textwrap.indent(_function(MAX_FUNCTION_LINES + 1, "method"), "    ")
     )
-    root = _package(tmp_path, {"mod.py": source})
+    root = write_package(tmp_path, {"mod.py": source})
     found = size_findings(root)
     def_line = source.splitlines().index("    def method():") + 1
     assert _where(found) == [("pkg/mod.py", def_line)]
@@ -281,7 +267,7 @@ def test_a_function_over_the_limit_is_reported_at_its_def(tmp_path: Path) -> Non
 
 def test_a_long_comment_with_a_reason_lets_a_function_be_longer(tmp_path: Path) -> None:
     long_body = _function(MAX_FUNCTION_LINES + 1)
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "above_def.py": "# long: one table of cases, read top to bottom\n" + long_body,
@@ -305,7 +291,7 @@ def test_a_long_comment_with_a_reason_lets_a_function_be_longer(tmp_path: Path) 
 
 
 def test_a_name_imported_from_a_module_that_only_re_exports_it_is_reported(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "core/limits.py": "LIMIT = 1\n\n\ndef require_int(): ...\n",
@@ -339,7 +325,7 @@ def test_a_name_imported_from_a_module_that_only_re_exports_it_is_reported(tmp_p
 def test_a_package_init_re_exporting_counts_and_the_public_faces_may_re_export(
     tmp_path: Path,
 ) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "__init__.py": "from pkg.core import Key\n",
@@ -360,7 +346,7 @@ def test_a_package_init_re_exporting_counts_and_the_public_faces_may_re_export(
 
 
 def test_a_name_defined_besides_its_import_is_not_a_re_export(tmp_path: Path) -> None:
-    root = _package(
+    root = write_package(
         tmp_path,
         {
             "core/fast.py": "def speed(): ...\n",

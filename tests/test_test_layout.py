@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from source_trees import write_tree
+
 TESTS = Path(__file__).resolve().parent
 
 #: modules pytest itself finds by name in every folder: many of them are expected
@@ -80,14 +82,6 @@ def repeated_basenames(root: Path) -> list[str]:
     return [f"{name}: {', '.join(paths)}" for name, paths in seen.items() if len(paths) > 1]
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root
-
-
 # -- the suite ----------------------------------------------------------------------------------
 
 
@@ -107,7 +101,7 @@ def test_module_basenames_are_unique_across_the_test_folders() -> None:
 
 
 def test_a_test_module_importing_another_test_module_is_found(tmp_path: Path) -> None:
-    root = _write(
+    root = write_tree(
         tmp_path,
         {
             "helpers.py": "def make(): ...\n",
@@ -126,7 +120,7 @@ def test_a_test_module_importing_another_test_module_is_found(tmp_path: Path) ->
 
 
 def test_an_issue_number_in_a_test_file_or_function_name_is_found(tmp_path: Path) -> None:
-    root = _write(
+    root = write_tree(
         tmp_path,
         {
             "core/test_issue42_clip.py": "def test_clip(): ...\n",
@@ -146,7 +140,7 @@ def test_an_issue_number_in_a_test_file_or_function_name_is_found(tmp_path: Path
 
 
 def test_a_basename_in_two_folders_is_found(tmp_path: Path) -> None:
-    root = _write(
+    root = write_tree(
         tmp_path,
         {
             "conftest.py": "",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import time
 import uuid
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import validate
 from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.steps import Flow, Step, arun, run
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.resolve import CounterLike, as_counter
 from langmem_ext.replay.comparison import Comparison
@@ -199,19 +200,6 @@ class _Replayer:
         self.previous_tokens: list[int] = []
         self.state: Any = None
         self.newest_human: BaseMessage | None = None
-        self.history: Sequence[BaseMessage] = ()
-
-    def apply(self, history: Sequence[BaseMessage]) -> MemoryResult | None:
-        self.history = history
-        if self.strategy is None:
-            return None
-        return self.strategy.apply(history, self.state, key=self.key)
-
-    async def aapply(self, history: Sequence[BaseMessage]) -> MemoryResult | None:
-        self.history = history
-        if self.strategy is None:
-            return None
-        return await self.strategy.aapply(history, self.state, key=self.key)
 
     def histories(self) -> Iterator[tuple[int, Sequence[BaseMessage]]]:
         for position in model_calls(self.messages):
@@ -306,7 +294,7 @@ def _describe(strategy: Strategy | None) -> str:
     return "the whole history every call" if strategy is None else repr(strategy)
 
 
-def _setup(
+def _replay_flow(
     name: str | None,
     messages: Sequence[BaseMessage],
     strategy: StrategyLike,
@@ -314,11 +302,13 @@ def _setup(
     counter: CounterLike,
     prices: Prices | None,
     summarizer_model: str | None,
-) -> _Replayer:
+    progress: bool | None,
+) -> Flow[Replay]:
+    """The replay of :func:`replay` and :func:`areplay` as a flow of steps (not started)."""
     prices = load_prices() if prices is None else prices
     own = counter is None and strategy is not None
     resolved = strategy.counter if own and strategy is not None else as_counter(counter)
-    return _Replayer(
+    replayer = _Replayer(
         name=name or _default_name(strategy),
         messages=list(messages),
         counter=resolved,
@@ -326,6 +316,7 @@ def _setup(
         summarizer_price=None if summarizer_model is None else prices.get(summarizer_model),
         strategy=strategy,
     )
+    return _calls(replayer, progress)
 
 
 def replay(
@@ -359,16 +350,8 @@ def replay(
     A strategy that raises (a budget too small for a turn) ends the replay at that call: the
     calls before it are kept and ``Replay.error`` says what happened.
     """
-    run = _setup(name, messages, strategy, model, counter, prices, summarizer_model)
-    calls = _calls(run, progress)
-    history = next(calls, None)
-    while history is not None:
-        try:
-            outcome: _Outcome = _applied(run, run.apply(history))
-        except Exception as exc:
-            outcome = exc
-        history = _resume(calls, outcome)
-    return run.out
+    args = (name, messages, strategy, model, counter, prices, summarizer_model, progress)
+    return run(_replay_flow(*args))
 
 
 async def areplay(
@@ -383,63 +366,56 @@ async def areplay(
     progress: bool | None = None,
 ) -> Replay:
     """Async :func:`replay` (``aapply`` at every call: the summarizer is awaited)."""
-    run = _setup(name, messages, strategy, model, counter, prices, summarizer_model)
-    calls = _calls(run, progress)
-    history = next(calls, None)
-    while history is not None:
-        try:
-            outcome: _Outcome = _applied(run, await run.aapply(history))
-        except Exception as exc:
-            outcome = exc
-        history = _resume(calls, outcome)
-    return run.out
+    args = (name, messages, strategy, model, counter, prices, summarizer_model, progress)
+    return await arun(_replay_flow(*args))
 
 
-#: what a driver hands back for one call: the view and the report (None: the whole history),
-#: or what the strategy raised
-_Outcome = tuple[list[BaseMessage], Any] | Exception
+@dataclass(frozen=True, slots=True)
+class _Apply(Step):
+    """A step: the strategy run on one call's history (``apply``, or ``aapply`` under
+    :func:`~langmem_ext.core.steps.arun`: the summarizer is awaited)."""
+
+    strategy: Strategy
+    history: Sequence[BaseMessage]
+    state: Any
+    key: MemoryKey
+
+    def run(self) -> MemoryResult:
+        return self.strategy.apply(self.history, self.state, key=self.key)
+
+    async def arun(self) -> MemoryResult:
+        return await self.strategy.aapply(self.history, self.state, key=self.key)
 
 
-def _applied(run: _Replayer, result: MemoryResult | None) -> tuple[list[BaseMessage], Any]:
-    """A call's view and report; the state moves on (None: no strategy, the history itself)."""
-    if result is None:
-        return list(run.history), None
-    run.state = result.state
-    return result.messages, result.report
-
-
-def _calls(
-    run: _Replayer, progress: bool | None
-) -> Generator[Sequence[BaseMessage], _Outcome, None]:
-    """The replay as one plan, for both drivers: yields each call's history, receives what the
-    strategy made of it, records it (timed, the summarizer's time left out), and ends at the
-    first call the strategy gave up on."""
-    bar = _progress(len(model_calls(run.messages)), run.name, progress)
+def _calls(replayer: _Replayer, progress: bool | None) -> Flow[Replay]:
+    """The replay as one flow of steps, for both drivers: yields the strategy's call on each
+    history, records what it made of it (timed, the summarizer's time left out; no strategy:
+    the history itself), and ends at the first call the strategy gave up on."""
+    bar = _progress(len(model_calls(replayer.messages)), replayer.name, progress)
     try:
-        for position, history in run.histories():
-            before = copy.copy(run.meter)
+        for position, history in replayer.histories():
+            before = copy.copy(replayer.meter)
             start = time.perf_counter()
-            outcome = yield history
-            if isinstance(outcome, Exception):
-                name = type(outcome).__name__
-                run.out.error = f"call {len(run.out.calls) + 1}: {name}: {outcome}"
-                return
-            view, report = outcome
-            run.record(position, history, view, report, time.perf_counter() - start, before)
+            view, report = list(history), None
+            if replayer.strategy is not None:
+                try:
+                    result: MemoryResult = yield _Apply(
+                        replayer.strategy, history, replayer.state, replayer.key
+                    )
+                except Exception as exc:
+                    name = type(exc).__name__
+                    replayer.out.error = f"call {len(replayer.out.calls) + 1}: {name}: {exc}"
+                    break
+                replayer.state = result.state
+                view, report = result.messages, result.report
+            seconds = time.perf_counter() - start
+            replayer.record(position, history, view, report, seconds, before)
             if bar is not None:
                 bar.update()
     finally:
         if bar is not None:
             bar.close()
-
-
-def _resume(
-    calls: Generator[Sequence[BaseMessage], _Outcome, None], outcome: _Outcome
-) -> Sequence[BaseMessage] | None:
-    try:
-        return calls.send(outcome)
-    except StopIteration:
-        return None
+    return replayer.out
 
 
 def _default_name(strategy: StrategyLike) -> str:

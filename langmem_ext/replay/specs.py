@@ -41,16 +41,9 @@ from langmem_ext.counting.resolve import CounterLike
 from langmem_ext.errors import LangmemExtError
 from langmem_ext.retrieval.config import RetrievalConfig
 from langmem_ext.retrieval.strategy import Retrieval
+from langmem_ext.strategies import presets
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.options import POLICY_FIELDS, split_policy
-from langmem_ext.strategies.presets import (
-    Compacting,
-    SlidingWindow,
-    SummaryBuffer,
-    TieredSummary,
-    TokenBudget,
-    ToolDigest,
-)
 from langmem_ext.summarize.summarizer import SummarizerLike
 
 __all__ = ["STRATEGIES", "SpecError", "parse_strategy"]
@@ -61,16 +54,16 @@ class SpecError(LangmemExtError, ValueError):
 
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    "token_budget": TokenBudget,
-    "sliding_window": SlidingWindow,
-    "tool_digest": ToolDigest,
-    "summary_buffer": SummaryBuffer,
-    "compacting": Compacting,
-    "tiered_summary": TieredSummary,
+    "token_budget": presets.TokenBudget,
+    "sliding_window": presets.SlidingWindow,
+    "tool_digest": presets.ToolDigest,
+    "summary_buffer": presets.SummaryBuffer,
+    "compacting": presets.Compacting,
+    "tiered_summary": presets.TieredSummary,
 }
 _ALIASES = {"trim": "token_budget", "window": "sliding_window", "tiered": "tiered_summary"}
 _FULL = ("full", "none", "full_history")
-_SUMMARIZING = (SummaryBuffer, Compacting, TieredSummary)
+_SUMMARIZING = (presets.SummaryBuffer, presets.Compacting, presets.TieredSummary)
 _NUMBER = re.compile(r"[+-]?\d[\d_]*(?:\.\d+)?[kKmM]?")
 
 

@@ -13,15 +13,17 @@ The summarizing constructors keep explicit keyword signatures (for type checkers
 ``help()``) for the budget and its sizing; the settings a first user never needs are one
 ``policy=``:class:`~langmem_ext.strategies.options.FoldPolicy`, checked when it is built. The
 parameters they share are documented once (``_SUMMARIZING_ARGS_DOC``, appended to each class's
-docstring) and resolved once (``_Summarizing._setup``); a keyword that moved to the policy is
-refused once, naming its new place (``_refuse_moved``).
+docstring) and resolved once (``_Summarizing._setup``, handed the constructor's ``locals()``
+and the values it derives, so no constructor forwards its parameters one by one; the trimming
+constructors build their config the same way, ``_config_of``); a keyword that moved to the
+policy is refused once, naming its new place (``_refuse_moved``).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any, NoReturn, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -69,6 +71,17 @@ def _with_counter(summarizer: Summarizer, counter: TokenCounter) -> Summarizer:
     if summarizer.fallback is not None:
         copied.fallback = _with_counter(summarizer.fallback, counter)
     return copied
+
+
+def _config_of(config_type: type[ConfigT], given: Mapping[str, Any], **worked_out: Any) -> ConfigT:
+    """A ``config_type`` from a constructor's arguments (its ``locals()``): each one named like a
+    field of the config, then ``worked_out`` (the values the constructor derived itself)."""
+    names = _field_names(config_type)
+    return config_type(**{**{k: v for k, v in given.items() if k in names}, **worked_out})
+
+
+def _field_names(config_type: type[ViewLimits]) -> frozenset[str]:
+    return frozenset(f.name for f in fields(config_type))
 
 
 def _reserving(config: ConfigT, extra: int) -> ConfigT:
@@ -136,16 +149,7 @@ class TokenBudget(_Trimming):
         overflow: Overflow = "error",
     ) -> None:
         require_budget(max_tokens)
-        self.config = CutConfig(
-            max_tokens=max_tokens,
-            target_tokens=target_tokens,
-            reserve_tokens=reserve_tokens,
-            safety_margin=safety_margin,
-            min_messages=min_messages,
-            start_on=start_on,
-            keep_system=keep_system,
-            overflow=overflow,
-        )
+        self.config = _config_of(CutConfig, locals())
         self.counter = as_counter(counter)
 
     def __repr__(self) -> str:
@@ -192,14 +196,7 @@ class SlidingWindow(_Trimming):
                 "SlidingWindow needs a limit: max_messages (an integer >= 1) or max_tokens (an "
                 "integer >= 1), got max_messages=None and max_tokens=None"
             )
-        self.config = CutConfig(
-            max_tokens=max_tokens,
-            max_messages=max_messages,
-            min_messages=min_messages,
-            start_on=start_on,
-            keep_system=keep_system,
-            overflow=overflow,
-        )
+        self.config = _config_of(CutConfig, locals())
         self.counter = as_counter(counter)
 
     def __repr__(self) -> str:
@@ -269,17 +266,11 @@ class ToolDigest(Strategy):
         overflow: Overflow = "clip",
     ) -> None:
         require_budget(max_tokens)
-        self.config = DigestCutConfig(
-            max_tokens=max_tokens,
+        self.config = _config_of(
+            DigestCutConfig,
+            locals(),
             trigger_tokens=trigger_tokens if trigger_tokens is not None else max_tokens * 3 // 4,
             digest=DigestSettings(keep_rounds=keep_rounds, observation_tokens=observation_tokens),
-            target_tokens=target_tokens,
-            reserve_tokens=reserve_tokens,
-            safety_margin=safety_margin,
-            min_messages=min_messages,
-            start_on=start_on,
-            keep_system=keep_system,
-            overflow=overflow,
             clip_request_last=True,
         )
         self.counter = as_counter(counter)
@@ -307,25 +298,22 @@ class _Summarizing(Strategy, Folding):
     #: the settings of :class:`~langmem_ext.strategies.options.FoldPolicy` this strategy runs with
     policy: FoldPolicy
 
-    def _setup(
-        self,
-        *,
-        summarizer: SummarizerLike,
-        max_summary_tokens: int | None,
-        counter: CounterLike,
-        policy: FoldPolicy | None,
-        **fold: Any,
-    ) -> None:
-        """Resolve the counter, summarizer and policy, then build the fold config from ``fold``.
+    def _setup(self, given: Mapping[str, Any], **worked_out: Any) -> None:
+        """Resolve the counter, summarizer and policy, then build the fold config: from a
+        constructor's arguments (its ``locals()``) and ``worked_out`` (the values it derived
+        itself), the fold sizing (:data:`_SIZING`) and ``summarizer``, ``max_summary_tokens``,
+        ``counter`` and ``policy``.
 
         Defaults scale with ``max_tokens`` (a 600-token budget gets a 150-token summary, not the
         1,000-token default), and a combination that cannot work is refused here, naming the
         parameter to change, instead of at the first ``apply``."""
-        self.policy = policy = _checked_policy(policy)
+        args = {**given, **worked_out}
+        fold = {k: v for k, v in args.items() if k in _SIZING}
+        self.policy = policy = _checked_policy(args["policy"])
         max_tokens = fold["max_tokens"]
-        self.counter: TokenCounter = as_counter(counter)
+        self.counter: TokenCounter = as_counter(args["counter"])
         max_summary_tokens, source = self._use_summarizer(
-            summarizer, max_summary_tokens, max_tokens
+            args["summarizer"], args["max_summary_tokens"], max_tokens
         )
         self.on_summary_updated = policy.on_summary_updated
         self.on_health_changed = policy.on_health_changed
@@ -351,14 +339,9 @@ class _Summarizing(Strategy, Folding):
             )
         self.config = FoldConfig(
             max_summary_tokens=max_summary_tokens,
-            placement=policy.placement,
-            overflow=policy.overflow,
             trigger_messages=trigger_messages,
             target_messages=target_messages,
-            prefetch_tokens=policy.prefetch_tokens,
-            degrade_after=policy.degrade_after,
-            retry_initial=policy.retry_initial,
-            retry_max=policy.retry_max,
+            **{name: getattr(policy, name) for name in _FROM_POLICY},
             **fold,
         )
         # the fold machinery's settings (Folding)
@@ -409,6 +392,17 @@ class _Summarizing(Strategy, Folding):
         self, messages: Sequence[BaseMessage], state: MemoryState, now: float, extra: int
     ) -> Plan:
         return plan_fold(messages, state, _reserving(self.config, extra), self.counter, now)
+
+
+#: the fold config's settings a summarizing constructor sizes (the budget and the first tier)
+_SIZING = _field_names(FoldConfig) - {
+    "max_summary_tokens",
+    "trigger_messages",
+    "target_messages",
+    *POLICY_FIELDS,
+}
+#: the fold config's settings the policy gives as they are (placement, overflow, backoff ...)
+_FROM_POLICY = _field_names(FoldConfig) & frozenset(POLICY_FIELDS)
 
 
 def _checked_policy(policy: FoldPolicy | None) -> FoldPolicy:
@@ -518,20 +512,7 @@ class SummaryBuffer(_Summarizing):
     ) -> None:
         _refuse_moved("SummaryBuffer", moved)
         require_budget(max_tokens)
-        self._setup(
-            summarizer=summarizer,
-            max_summary_tokens=max_summary_tokens,
-            counter=counter,
-            policy=policy,
-            max_tokens=max_tokens,
-            trigger_tokens=max_tokens,
-            target_tokens=target_tokens,
-            reserve_tokens=reserve_tokens,
-            safety_margin=safety_margin,
-            min_messages=min_messages,
-            start_on=start_on,
-            keep_system=keep_system,
-        )
+        self._setup(locals(), trigger_tokens=max_tokens)
 
 
 class Compacting(_Summarizing):
@@ -572,16 +553,10 @@ class Compacting(_Summarizing):
                 f"need 0 < summary_ratio ({summary_ratio}) < target_ratio ({target_ratio}) <= 1"
             )
         self._setup(
-            summarizer=summarizer,
+            locals(),
             max_summary_tokens=int(max_tokens * summary_ratio),
-            counter=counter,
-            policy=policy,
-            max_tokens=max_tokens,
             trigger_tokens=max_tokens,
             target_tokens=int(max_tokens * target_ratio),
-            reserve_tokens=reserve_tokens,
-            safety_margin=safety_margin,
-            min_messages=min_messages,
         )
 
 
@@ -642,18 +617,10 @@ class TieredSummary(_Summarizing):
                 f"tier2_ratio ({tier2_ratio}) <= 1"
             )
         self._setup(
-            summarizer=summarizer,
-            max_summary_tokens=max_summary_tokens,
-            counter=counter,
-            policy=policy,
-            max_tokens=max_tokens,
+            locals(),
             trigger_tokens=int(max_tokens * tier2_ratio),
             target_tokens=int(max_tokens * target_ratio),
-            reserve_tokens=reserve_tokens,
-            safety_margin=safety_margin,
-            min_messages=min_messages,
             clip_tokens=int(max_tokens * tier1_ratio),
-            truncate_chars=truncate_chars,
             digest=(
                 None
                 if keep_rounds is None

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from bench.soak import QUICK, render_markdown, run_soak
+from bench.soak import QUICK, _added, _shown_twice, render_markdown, run_soak
 from bench.soak_worker import SoakModel, Summarizer, marker, question, thread_of
 
 
@@ -42,8 +42,32 @@ def test_the_summarizer_tags_its_thread_and_keeps_its_spans() -> None:
     summarizer = Summarizer(lambda **fields: lines.append(fields), delay=0.0)  # type: ignore[arg-type]
     text = summarizer([question(5, 0), question(5, 1)])
     assert text.startswith("Summary of t5. ")
-    assert lines == [{"kind": "fold", "markers": [5000, 5004], "threads": [5]}]
+    [line] = lines
+    assert {k: line[k] for k in ("kind", "markers", "threads")} == {
+        "kind": "fold",
+        "markers": [5000, 5004],
+        "threads": [5],
+    }
+    assert isinstance(line["start"], float) and isinstance(line["end"], float)
+    assert line["start"] <= line["end"]
     assert summarizer.overlap(5, 0.0, 10**9) >= 0.0 and summarizer.overlap(6, 0.0, 10**9) == 0.0
+
+
+def test_added_latency_leaves_out_the_summarizer_of_any_worker() -> None:
+    """An apply of 1 s on thread 3 that overlapped 0.2 s of its own worker's summarizer and
+    two spans (0.3 s in all, overlapping each other) of another's: 0.7 s added; spans of
+    another thread or outside the apply do not count."""
+    spans = {3: [(10.1, 10.3), (10.2, 10.4), (11.5, 12.0)], 4: [(10.0, 11.0)]}
+    added = _added((1.0, 0.2, 10.0, 11.0, 3), spans)
+    assert abs(added - 0.7) < 1e-9  # max(own 0.2, any worker's 0.3) left out
+    assert _added((1.0, 0.5, 10.0, 11.0, 3), spans) == 0.5
+    assert _added((1.0, 0.0, 20.0, 21.0, 3), spans) == 1.0
+
+
+def test_a_message_shown_again_after_its_worker_was_killed_is_not_a_double_fold() -> None:
+    killed = {(0, 0)}
+    calls = [(0, 0, [1, 2]), (1, 0, [1, 2, 3]), (1, 0, [3, 4]), (2, 0, [5]), (2, 0, [5])]
+    assert _shown_twice(calls, killed) == {"after_kill": 2, "double": 2}
 
 
 def test_quick_soak_loses_nothing(pg_schema_dsn: str) -> None:

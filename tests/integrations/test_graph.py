@@ -13,7 +13,7 @@ from fakes import RecordingChatModel, SummaryModel, numbered_replies
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import START, StateGraph
+from memory_graphs import memory_graph
 
 from langmem_ext import (
     ApproximateCounter,
@@ -43,12 +43,7 @@ def explicit_graph(node: MemoryNode, checkpointer: Any, seen: list[list[BaseMess
         # deterministic ids, so two runs of the same conversation can be compared exactly
         return {"messages": [AIMessage(f"answer {number}: " + "details " * 40, id=f"a{number}")]}
 
-    builder = StateGraph(MemoryMessagesState)
-    builder.add_node("memory", node)
-    builder.add_node("model", model)
-    builder.add_edge(START, "memory")
-    builder.add_edge("memory", "model")
-    return builder.compile(checkpointer=checkpointer)
+    return memory_graph(node, model, checkpointer)
 
 
 summarizer = SummaryModel("The user asked about shipments; the assistant gave details.")

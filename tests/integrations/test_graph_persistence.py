@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _workers_common import covered, markers
 from graph_worker import (
     build_graph,
-    covered,
     dump,
     make_strategy,
-    markers,
     question,
     run_threads,
 )

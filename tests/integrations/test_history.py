@@ -23,18 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _workers_common import AsyncOnlyHistory, RecordingStore
+from _workers_common import AsyncOnlyHistory, RecordingStore, covered, markers
 from history_worker import (
     PG_TABLE,
     SYSTEM_PROMPT,
     RecordingSummarizer,
     Run,
     arun_sessions,
-    covered,
     dump_message,
     key_for,
     make_strategy,
-    markers,
     message_id,
     pg_session,
     question_text,

@@ -26,6 +26,7 @@ from fakes import RecordingChatModel, SummaryModel, numbered_replies
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from memory_graphs import memory_graph
 from subprocesses import run_python
 
 from langmem_ext import (
@@ -63,12 +64,7 @@ def explicit_graph(node: MemoryNode, schema: Any, seen: list[list[BaseMessage]])
         seen.append(list(view))
         return {"messages": [AIMessage("answer " + "details " * 40, id=f"a{len(seen)}")]}
 
-    builder = StateGraph(schema)
-    builder.add_node("memory", node)
-    builder.add_node("model", model)
-    builder.add_edge(START, "memory")
-    builder.add_edge("memory", "model")
-    return builder.compile(checkpointer=InMemorySaver())
+    return memory_graph(node, model, InMemorySaver(), schema)
 
 
 def react_agent(node: MemoryNode, **kwargs: Any) -> Any:

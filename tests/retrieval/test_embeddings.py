@@ -231,14 +231,16 @@ def test_a_runtime_package_that_breaks_after_construction_names_the_extra(
 def test_a_gzip_tokenizer_path_is_read_like_the_bundled_one(
     tmp_path: Path, embeddings: LocalMiniLMEmbeddings
 ) -> None:
-    from langmem_ext.retrieval.embeddings import _bundled
+    import langmem_ext
 
+    # the tokenizer.json that ships in the package (langmem_ext/_data, gzip)
+    (bundled,) = (Path(langmem_ext.__file__).parent / "_data").glob("*tokenizer.json.gz")
     plain = tmp_path / "tokenizer.json"
-    plain.write_bytes(gzip.decompress(_bundled().read_bytes()))
+    plain.write_bytes(gzip.decompress(bundled.read_bytes()))
     texts = README_SENTENCES[:2]
     expected = embeddings.embed_documents(texts)
     assert LocalMiniLMEmbeddings(tokenizer_path=plain).embed_documents(texts) == expected
-    assert LocalMiniLMEmbeddings(tokenizer_path=_bundled()).embed_documents(texts) == expected
+    assert LocalMiniLMEmbeddings(tokenizer_path=bundled).embed_documents(texts) == expected
 
 
 @pytest.mark.parametrize(

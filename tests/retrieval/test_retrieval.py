@@ -361,7 +361,7 @@ def test_identical_texts_never_cross_tenants_users_or_threads() -> None:
 
 
 def test_inside_memory_node_in_rewrite_mode_folded_turns_are_indexed_before_removal() -> None:
-    from langgraph.graph import START, StateGraph
+    from memory_graphs import memory_graph
 
     from langmem_ext import MemoryMessagesState
 
@@ -377,12 +377,7 @@ def test_inside_memory_node_in_rewrite_mode_folded_turns_are_indexed_before_remo
         views.append(list(state["llm_input_messages"]))
         return {"messages": [AIMessage(f"Noted. {FILLER}", id=f"a-{len(views)}")]}
 
-    builder = StateGraph(MemoryMessagesState)
-    builder.add_node("memory", node)
-    builder.add_node("model", model)
-    builder.add_edge(START, "memory")
-    builder.add_edge("memory", "model")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = memory_graph(node, model, InMemorySaver())
     config = {"configurable": {"thread_id": "harbour", "user_id": "ann"}}
     for i in range(30):
         text = FACTS.get(i, f"Topic {i}: {FILLER}")

@@ -355,7 +355,7 @@ def test_a_repeated_text_in_the_view_does_not_hide_its_older_copy() -> None:
 
 
 def _locker_graph(strategy: Retrieval) -> Any:
-    from langgraph.graph import START, StateGraph
+    from memory_graphs import memory_graph
 
     from langmem_ext import MemoryMessagesState
 
@@ -365,12 +365,7 @@ def _locker_graph(strategy: Retrieval) -> Any:
         views.append(list(state["llm_input_messages"]))
         return {"messages": [AIMessage(f"Noted. {FILLER}")]}
 
-    builder = StateGraph(MemoryMessagesState)
-    builder.add_node("memory", MemoryNode(strategy))
-    builder.add_node("model", model)
-    builder.add_edge(START, "memory")
-    builder.add_edge("memory", "model")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = memory_graph(MemoryNode(strategy), model, InMemorySaver())
     graph.views = views  # type: ignore[attr-defined]
     return graph
 
