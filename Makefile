@@ -44,10 +44,12 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.long_turns $(BENCH_ARGS)
 	$(BIN)/python -m bench.docs
 
-# production shapes on PostgreSQL (minutes each; loopback only): pgvector at scale, the soak
+# production shapes on PostgreSQL (minutes each; loopback only): pgvector at scale, the soak,
+# a worker's memory against threads served
 bench-production: $(STAMP)
 	$(BIN)/python -m bench.pgvector_scale $(BENCH_ARGS)
 	$(BIN)/python -m bench.soak $(BENCH_ARGS)
+	$(BIN)/python -m bench.worker_rss $(BENCH_ARGS)
 
 ci: lint test
 

@@ -71,14 +71,15 @@ from bench.summaries_tools import (
     tool_factories,
 )
 from langmem_ext import validate
-from langmem_ext.testing import _text as _words
 
 __all__ = [
     "FULL",
     "QUICK",
+    "TOOLS",
     "AgentTurnsConfig",
     "agent_conversation",
     "main",
+    "random_words",
     "render_markdown",
     "run_agent_turns",
     "write_results",
@@ -129,7 +130,38 @@ QUICK = replace(FULL, mode="quick", rounds=(30, 60), budgets=(8_000,))
 # --------------------------------------------------------------------------------------------
 # the workload
 
-_TOOLS = ("search_orders", "read_file", "run_sql", "fetch_invoice", "grep_logs", "http_get")
+TOOLS = ("search_orders", "read_file", "run_sql", "fetch_invoice", "grep_logs", "http_get")
+
+# The words of the generated text. Word for word, number for number, the generator of
+# ``langmem_ext.testing`` (a private helper there): the committed results were made with it, and a
+# benchmark keeps its own copy so that a change to the package's test kit does not move them.
+_WORDS = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or "
+    "one had by word but not what all were we when your can said there use an each which she do "
+    "how their if will up other about out many then them these so some her would make like him "
+    "into time has look two more write go see number no way could people my than first water been "
+    "call who oil its now find long down day did get come made may part over new sound take only "
+    "little work know place year live me back give most very after thing our just name good "
+    "sentence man think say great where help through much before line right too mean old any "
+    "same tell boy follow came want show also around form three small set put end does another "
+    "well large must big even such because turn here why ask went men read need land different "
+    "home us move try kind hand picture again change off play spell air away animal house point "
+    "page letter mother answer found study still learn should America world invoice shipment "
+    "database latency deploy budget refund customer contract schedule Berlin Tokyo Lisbon quarter "
+    "revenue ticket server migration café naïve résumé 東京 Zürich"
+).split()
+_EMOJI = ("🙂", "🚀", "✅", "📦", "🔥")
+
+
+def random_words(rng: random.Random, low: int, high: int) -> str:
+    """A sentence of ``low``-``high`` words drawn by ``rng``: one word in 25 a number, and an
+    emoji at the end of 15% of them."""
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(low, high))]
+    for _ in range(len(words) // 25):
+        words[rng.randrange(len(words))] = str(rng.randint(1, 99_999))
+    if rng.random() < 0.15:
+        words.append(rng.choice(_EMOJI))
+    return " ".join(words).capitalize() + "."
 
 
 def _observation(rng: random.Random, config: AgentTurnsConfig, huge: bool) -> str:
@@ -137,12 +169,12 @@ def _observation(rng: random.Random, config: AgentTurnsConfig, huge: bool) -> st
         chars = 4 * rng.randint(*config.huge_tokens)  # count_tokens_approximately: chars / 4
         parts: list[str] = []
         while sum(map(len, parts)) < chars:
-            parts.append(_words(rng, 200, 200))
+            parts.append(random_words(rng, 200, 200))
         text = " ".join(parts)[:chars]
     else:
         low, high = config.observation_words
         n = round(math.exp(rng.uniform(math.log(low), math.log(high))))
-        text = _words(rng, n, n)
+        text = random_words(rng, n, n)
     return json.dumps({"result": text}, ensure_ascii=False)
 
 
@@ -164,25 +196,25 @@ def agent_conversation(requests: int, config: AgentTurnsConfig) -> Conversation:
         )
 
     for _ in range(requests):
-        add(HumanMessage(_words(rng, 20, 150)))
+        add(HumanMessage(random_words(rng, 20, 150)))
         lengths.append(len(messages))
         for _ in range(rng.randint(*config.rounds)):
             width = rng.randint(2, 3) if rng.random() < config.parallel_rate else 1
             huge = rng.randrange(width) if rng.random() < config.huge_rate else -1
             calls = [
                 {
-                    "name": rng.choice(_TOOLS),
-                    "args": {"query": _words(rng, 2, 8), "limit": rng.randint(1, 50)},
+                    "name": rng.choice(TOOLS),
+                    "args": {"query": random_words(rng, 2, 8), "limit": rng.randint(1, 50)},
                     "id": f"call-{serial}-{i}",
                 }
                 for i in range(width)
             ]
-            add(AIMessage(_words(rng, 3, 20) if rng.random() < 0.3 else "", tool_calls=calls))
+            add(AIMessage(random_words(rng, 3, 20) if rng.random() < 0.3 else "", tool_calls=calls))
             for i, call in enumerate(calls):
                 content = _observation(rng, config, huge == i)
                 add(ToolMessage(content, tool_call_id=call["id"], name=call["name"]))
             lengths.append(len(messages))
-        add(AIMessage(_words(rng, 20, 200)))
+        add(AIMessage(random_words(rng, 20, 200)))
     return Conversation(tuple(messages), tuple(lengths))
 
 

@@ -20,13 +20,31 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import agent_turns, growth, report, retrieval_config, retrieval_report, summaries
+from bench import (
+    agent_turns,
+    growth,
+    long_turns,
+    pgvector_scale,
+    report,
+    retrieval_config,
+    retrieval_report,
+    soak,
+    summaries,
+    worker_rss,
+)
 from bench.docs_plots import (
+    ANCHOR,
+    BASELINE_GREY,
+    OURS,
+    _Bar,
+    _hbars,
+    _new_figure,
     _plot_style,
+    _save,
     plot_agent_turns,
     plot_growth,
     plot_retrieval,
@@ -404,6 +422,312 @@ def _anchors_retrieval(results: dict[str, Any]) -> list[str]:
     return [f"{retrieval_config.BASELINE} (baseline: no retrieval)", "the issue's figures"]
 
 
+# -------------------------------------------------------------------------------------------
+# long turns, pgvector at scale, soak: their page parts (plots drawn with docs_plots' helpers)
+
+
+def _until_prefix(prefix: str) -> Callable[[list[str]], list[str]]:
+    """Keep a section's lines before the first line that starts with ``prefix``."""
+
+    def keep(lines: list[str]) -> list[str]:
+        cut = next((i for i, line in enumerate(lines) if line.startswith(prefix)), len(lines))
+        return _trimmed(lines[:cut])
+
+    return keep
+
+
+def _render_long_turns(results: dict[str, Any]) -> str:
+    """``long_turns``' report with its bold table titles (``**This code**``) as level-2
+    headings, so that its tables can be picked like the other reports' sections."""
+
+    def heading(line: str) -> str:
+        bold = len(line) > 4 and line.startswith("**") and line.endswith("**")
+        return f"## {line[2:-2]}" if bold else line
+
+    return "\n".join(map(heading, long_turns.render_markdown(results).splitlines()))
+
+
+def _verdict_rows(markdown: str, section: str) -> list[tuple[str, str]]:
+    """(first cell, last cell) of each body row of the table in a report's ``section``."""
+    rows = [line for line in _sections(markdown)[section] if line.startswith("|")][2:]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    return [(c[0], c[-1]) for c in cells]
+
+
+def _status_verdicts(markdown: str, section: str, what: str) -> str:
+    """``N of M <what> pass``, naming the ones that fail, from a report's PASS/FAIL table
+    (rows with another verdict, e.g. ``measured``, are reported, not judged)."""
+    rows = _verdict_rows(markdown, section)
+    judged = [(name, v) for name, v in rows if v in ("PASS", "FAIL")]
+    out = f"{sum(v == 'PASS' for _, v in judged)} of {len(judged)} {what} pass"
+    failed = [name for name, v in judged if v == "FAIL"]
+    if failed:
+        out += "; **not met**: " + "; ".join(failed)
+    return out
+
+
+def _describe_long_turns(results: dict[str, Any]) -> str:
+    cfg = results["meta"]["config"]
+    rankings = " and ".join(cfg["rankings"])
+    return (
+        f"Whether `Retrieval(TokenBudget({cfg['budget']:,}))` brings facts from early tool "
+        "results back into the model's input later in the same long agent turn, after the "
+        f"budget evicted them. {cfg['turns']} turns of one request and {cfg['rounds']} tool "
+        f"rounds each, {cfg['facts']} facts planted in rounds {cfg['plant_rounds'][0]}-"
+        f"{cfg['plant_rounds'][1]} and asked for by the agent's own step from round "
+        f"{cfg['ask_from']} on; {rankings} ranking, the query being the agent's newest step "
+        "(the default) or the turn's request (the query before). Measured: recall of the "
+        f"asked facts (goal ≥ {long_turns.RECALL_GOAL:.0%}), views over budget or invalid, "
+        "turn items written per call, time per call."
+    )
+
+
+def _anchors_long_turns(results: dict[str, Any]) -> list[str]:
+    anchors = ["the turn's request as the query (the query before)"]
+    base = results.get("baseline")
+    if base:
+        anchors.append(f"the code before (`{base['meta']['command']}`)")
+    return anchors
+
+
+def _status_long_turns(results: dict[str, Any]) -> str:
+    variants = results["variants"].items()
+    met = [f"{n} ({_pct(v['recall'])})" for n, v in variants if v["goal_met"]]
+    missed = [f"{n} ({_pct(v['recall'])})" for n, v in variants if not v["goal_met"]]
+    out = f"recall ≥ {long_turns.RECALL_GOAL:.0%} met by " + (", ".join(met) or "none")
+    if missed:
+        out += "; **not met**: " + ", ".join(missed)
+    base = results.get("baseline")
+    if base:
+        best = max(v["recall"] for v in base["variants"].values())
+        out += f"; the code before: at most {_pct(best)}"
+    return out
+
+
+def _describe_pgvector_scale(results: dict[str, Any]) -> str:
+    cfg = results["meta"]["config"]
+    sizes = " and ".join(f"{n:,}" for n in sorted({c["turns"] for c in results["cells"]}))
+    return (
+        "`Retrieval` with dense ranking on a `PostgresStore` with pgvector's HNSW index holding "
+        f"{sizes} turns, in one thread or spread over threads of {cfg['spread_turns']:,} turns, "
+        "under each pgvector setting tried (`hnsw.ef_search` × `hnsw.iterative_scan`): "
+        f"recall@{cfg['k']} of the store's search against brute force, time per `apply` (one "
+        f"caller and {cfg['threads']} at once) and the first call of a fresh worker. The stored "
+        "vectors come from a deterministic hashing embedder (not a real model); the cost of a "
+        "MiniLM query embedding is measured apart and added for the latency goal."
+    )
+
+
+def _anchors_pgvector_scale(results: dict[str, Any]) -> list[str]:
+    return [
+        '`dense_index="local"` (the in-process `VectorIndex` on the same turns and vectors)',
+        "numpy brute force (the reference of recall)",
+    ]
+
+
+def _status_pgvector_scale(results: dict[str, Any]) -> str:
+    goals = results["goals"]
+    out = f"{sum(bool(g['met']) for g in goals)} of {len(goals)} goals met"
+    missed = [f"{g['name']}: {g['value']}" for g in goals if not g["met"]]
+    if missed:
+        out += "; **not met**: " + "; ".join(missed)
+    return out
+
+
+def _describe_soak(results: dict[str, Any]) -> str:
+    cfg = results["meta"]["config"]
+    return (
+        "Many agent conversations on PostgreSQL across worker processes, one worker killed "
+        f"half way: {cfg['workers']} workers × {cfg['threads_per_worker']:,} threads × "
+        f"{cfg['turns']} turns (`create_agent` with `MemoryMiddleware(SummaryBuffer(...))`, "
+        "background compaction, `PostgresSaver` + `PostgresStore`, a fake summarizer that "
+        f"sleeps {cfg['delay']} s). Checked: no turn or message lost or duplicated, nothing "
+        "leaked between threads, no errors; measured: throughput, the time memory adds per "
+        "model call, RSS per worker."
+    )
+
+
+def _anchors_soak(results: dict[str, Any]) -> list[str]:
+    return ["none: the checks are absolute (each count must be 0)"]
+
+
+def _status_soak(results: dict[str, Any]) -> str:
+    return _status_verdicts(soak.render_markdown(results), "Invariants", "invariants")
+
+
+def plot_long_turns(results: dict[str, Any], path: Path) -> str:
+    """Recall per ranking / query, this code against the code before, and time per call."""
+    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
+    ours = [
+        _Bar(n, v["recall"], OURS, False, _pct(v["recall"]), "this code")
+        for n, v in results["variants"].items()
+    ]
+    before = [
+        _Bar(f"before: {n}", v["recall"], BASELINE_GREY, True, _pct(v["recall"]), "before")
+        for n, v in (results.get("baseline") or {}).get("variants", {}).items()
+    ]
+    _hbars(
+        left,
+        ours + before,
+        title="Recall of the asked facts",
+        xlabel="share of asked facts in the retrieved context",
+        ref=long_turns.RECALL_GOAL,
+        ref_label="goal",
+        xmax=1.25,
+    )
+    times = [
+        _Bar(b.label, results["variants"][b.label]["ms_per_call_median"], OURS, False, "", "")
+        for b in ours
+    ]
+    times = [replace(b, text=f"{b.value:.1f} ms") for b in times]
+    _hbars(right, times, title="Time per model call (median)", xlabel="ms")
+    _save(fig, path)
+    return (
+        "Left: recall of the facts asked for, per ranking / query (hatched: the code before); "
+        "dotted: the goal. Right: median time per model call."
+    )
+
+
+def plot_pgvector_scale(results: dict[str, Any], path: Path) -> str:
+    """Recall against ``hnsw.ef_search`` per cell and scan mode; p50 per apply at the
+    recommended setting per cell, with the in-process anchor."""
+    fig, (left, right) = _new_figure(10, 3.8, 1, 2)
+    k = results["meta"]["config"]["k"]
+    for cell in results["cells"]:
+        name = f"{cell['turns']:,} {cell['layout']}"
+        for scan, style in (("off", "--"), ("relaxed_order", "-")):
+            points = sorted(
+                (s["ef_search"], s["recall"]["recall"])
+                for s in cell["settings"]
+                if s["iterative_scan"] == scan
+            )
+            if points:
+                xs, ys = zip(*points, strict=True)
+                left.plot(xs, ys, style, marker="o", markersize=3, label=f"{name}, {scan}")
+    left.axhline(0.95, color="black", linestyle=":", linewidth=1)
+    left.set_xscale("log")
+    left.set_ylim(0, 1.05)
+    left.set_title(f"Recall@{k} of the store's search against brute force")
+    left.set_xlabel("hnsw.ef_search (log)")
+    left.set_ylabel("recall")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=6)
+    chosen = results["recommended"]
+    bars: list[_Bar] = []
+    for cell in results["cells"]:
+        name = f"{cell['turns']:,} {cell['layout']}"
+        at_chosen = [
+            s["latency"]["single"]["p50"]
+            for s in cell["settings"]
+            if (s["ef_search"], s["iterative_scan"])
+            == (chosen["ef_search"], chosen["iterative_scan"])
+        ]
+        for p50 in at_chosen:  # a cell not run at the recommended setting has no bar
+            bars.append(_Bar(f"{name} store", p50, OURS, False, f"{p50:.1f}", name))
+        if cell.get("local"):
+            local = cell["local"]["single"]["p50"]
+            bars.append(_Bar(f"{name} local", local, ANCHOR, True, f"{local:.1f}", name))
+    _hbars(
+        right,
+        bars,
+        title=f"Per apply, p50 (ef_search={chosen['ef_search']}, {chosen['iterative_scan']})",
+        xlabel="ms",
+    )
+    _save(fig, path)
+    return (
+        "Left: recall of the store's search per size and layout against `hnsw.ef_search`, "
+        "with `hnsw.iterative_scan` off (dashed) and `relaxed_order` (solid); dotted: the goal. "
+        "Right: median time of one `Retrieval.apply` at the recommended setting, the store's "
+        "search against the in-process index (hatched)."
+    )
+
+
+def plot_soak(results: dict[str, Any], path: Path) -> str:
+    """RSS of each worker over its life, and the latency percentiles."""
+    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
+    for r in results["rss"]:
+        times = [t for t, _ in r["samples"]]
+        mbs = [mb for _, mb in r["samples"]]
+        label = f"worker {r['worker']}.{r['incarnation']}" + (" (killed)" if r["killed"] else "")
+        left.plot(times, mbs, marker="o", markersize=3, linewidth=1, label=label)
+    left.set_title("RSS per worker")
+    left.set_xlabel("s since the start")
+    left.set_ylabel("MB")
+    left.set_ylim(0, max(r["max_mb"] for r in results["rss"]) * 1.15)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7)
+    lat = results["latency_ms"]
+    names = [
+        ("added_p50", "added per call p50"),
+        ("added_p99", "added per call p99"),
+        ("turn_p50", "whole turn p50"),
+        ("turn_p99", "whole turn p99"),
+    ]
+    bars = [_Bar(label, lat[key], OURS, False, f"{lat[key]:,.1f} ms") for key, label in names]
+    _hbars(right, bars, title="Latency (ms)", xlabel="ms")
+    _save(fig, path)
+    return (
+        "Left: resident memory of each worker process over its life (the killed worker and its "
+        "restart are separate lines). Right: the time memory adds to a model call (summarizer "
+        "excluded) and a whole agent turn, p50 and p99."
+    )
+
+
+# worker RSS: its page part
+
+
+def _describe_worker_rss(results: dict[str, Any]) -> str:
+    cfg = results["meta"]["config"]
+    labels = ", ".join(s["label"] for s in results["settings"])
+    return (
+        "Resident memory of a long-lived worker against threads served, with the local MiniLM "
+        f"embedding model loaded: one worker process per `index_cache_bytes` setting ({labels}), "
+        f"each serving {cfg['threads']:,} threads of {cfg['turns']} chat turns one after another "
+        f"through `Retrieval(TokenBudget({cfg['budget']:,}))` (dense index local) on "
+        "`PostgresStore`. Measured after each checkpoint (after `gc.collect()`): VmRSS, the index "
+        "cache's entries, bytes, hits and misses, and `apply`'s p50; at the end, early threads "
+        "revisited (indexes rebuilt from the store) and their views checked against a fresh "
+        "`Retrieval`'s."
+    )
+
+
+def _anchors_worker_rss(results: dict[str, Any]) -> list[str]:
+    return ["none: the goals are absolute (RSS flat within 10 %, under 400 MB)"]
+
+
+def _status_worker_rss(results: dict[str, Any]) -> str:
+    return _status_verdicts(worker_rss.render_markdown(results), "Goals", "goals")
+
+
+def plot_worker_rss(results: dict[str, Any], path: Path) -> str:
+    """RSS and the index cache's bytes against threads served, one line per setting."""
+    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
+    for s in results["settings"]:
+        threads = [p["threads"] for p in s["checkpoints"]]
+        left.plot(threads, [p["VmRSS"] for p in s["checkpoints"]], marker="o", markersize=3,
+                  linewidth=1, label=f"cache {s['label']}")  # fmt: skip
+        right.plot(threads, [p["cache"]["bytes"] / worker_rss.MIB for p in s["checkpoints"]],
+                   marker="o", markersize=3, linewidth=1, label=f"cache {s['label']}")  # fmt: skip
+    left.axhline(worker_rss.MAX_RSS_MB, color=ANCHOR, linestyle="--", linewidth=1,
+                 label=f"goal: {worker_rss.MAX_RSS_MB:.0f} MB")  # fmt: skip
+    left.set_title("Worker RSS")
+    left.set_xlabel("threads served")
+    left.set_ylabel("MB")
+    left.set_ylim(0, None)
+    right.set_title("Index cache held")
+    right.set_xlabel("threads served")
+    right.set_ylabel("MiB")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    _save(fig, path)
+    return (
+        "Left: resident memory of each worker (one per `index_cache_bytes` setting) after "
+        "`gc.collect()`, against the threads it has served; the dashed line is the 400 MB goal. "
+        "Right: the bytes the in-process index cache holds (its own estimate)."
+    )
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One benchmark on the page: where its results are, how to show them."""
@@ -500,6 +824,64 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         status=_status_retrieval,
         image="bench_retrieval.png",
         plot=plot_retrieval,
+    ),
+    Benchmark(
+        module="bench.long_turns",
+        stem="long_turns",
+        title="Long agent turns: tool results brought back later in the same turn",
+        render=_render_long_turns,
+        picks=(Pick("This code", keep=_until_prefix("Before (")), Pick("Before")),
+        describe=_describe_long_turns,
+        anchors=_anchors_long_turns,
+        status=_status_long_turns,
+        image="bench_long_turns.png",
+        plot=plot_long_turns,
+    ),
+    Benchmark(
+        module="bench.pgvector_scale",
+        stem="pgvector_scale",
+        title="Retrieval on PostgreSQL + pgvector at scale",
+        render=pgvector_scale.render_markdown,
+        # every section: the report is organized by the settings it tries, and stays short
+        picks=(Pick("", prefix=True),),
+        describe=_describe_pgvector_scale,
+        anchors=_anchors_pgvector_scale,
+        status=_status_pgvector_scale,
+        image="bench_pgvector_scale.png",
+        plot=plot_pgvector_scale,
+    ),
+    Benchmark(
+        module="bench.soak",
+        stem="soak",
+        title="Soak: agents on PostgreSQL across worker processes",
+        render=soak.render_markdown,
+        picks=(
+            Pick("Invariants"),
+            Pick("Throughput and latency"),
+            Pick("RSS per worker", prefix=True),
+        ),
+        describe=_describe_soak,
+        anchors=_anchors_soak,
+        status=_status_soak,
+        image="bench_soak.png",
+        plot=plot_soak,
+    ),
+    Benchmark(
+        module="bench.worker_rss",
+        stem="worker_rss",
+        title="Worker RSS against threads served",
+        render=worker_rss.render_markdown,
+        picks=(
+            Pick("Goals"),
+            Pick("RSS (MB) by threads served"),
+            Pick("Index cache", prefix=True),
+            Pick("Revisits"),
+        ),
+        describe=_describe_worker_rss,
+        anchors=_anchors_worker_rss,
+        status=_status_worker_rss,
+        image="bench_worker_rss.png",
+        plot=plot_worker_rss,
     ),
 )
 

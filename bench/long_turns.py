@@ -42,7 +42,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.store.base import Op, PutOp, Result
 from langgraph.store.memory import InMemoryStore
 
-from bench.agent_turns import _TOOLS
+from bench.agent_turns import TOOLS, random_words
 from bench.harness import (
     RunClock,
     bench_main,
@@ -57,7 +57,6 @@ from langmem_ext import MemoryKey, TokenBudget, validate
 from langmem_ext.retrieval.layout import RETRIEVED_ID, TURNS
 from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.text import message_text
-from langmem_ext.testing import _text as _words
 
 __all__ = ["FULL", "QUICK", "LongTurnsConfig", "long_turn", "main", "run_long_turns"]
 
@@ -187,7 +186,7 @@ class LongTurn:
 def _observation(rng: random.Random, config: LongTurnsConfig, sentence: str = "") -> str:
     low, high = config.observation_words
     n = round(2 ** rng.uniform(low.bit_length() - 1, high.bit_length() - 1))
-    text = _words(rng, max(n, low), max(n, low))
+    text = random_words(rng, max(n, low), max(n, low))
     if sentence:
         words = text.split(" ")
         at = rng.randrange(len(words) + 1)
@@ -227,9 +226,9 @@ def long_turn(config: LongTurnsConfig, seed: int) -> LongTurn:
     planted: dict[str, int] = {}
     for r in range(config.rounds):
         fact = asks.get(r)
-        say = fact.ask if fact else (_words(rng, 3, 20) if rng.random() < 0.3 else "")
-        tool = rng.choice(_TOOLS)
-        call = {"name": tool, "args": {"query": _words(rng, 2, 6)}, "id": f"call-{r}"}
+        say = fact.ask if fact else (random_words(rng, 3, 20) if rng.random() < 0.3 else "")
+        tool = rng.choice(TOOLS)
+        call = {"name": tool, "args": {"query": random_words(rng, 2, 6)}, "id": f"call-{r}"}
         messages.append(AIMessage(say, tool_calls=[call], id=f"ai-{r}"))
         sentence = plants[r].plant if r in plants else ""
         if r in distractors:

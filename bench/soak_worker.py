@@ -152,7 +152,7 @@ class Summarizer:
         return total
 
     def __call__(self, prompt: Any) -> str:
-        started = time.perf_counter()
+        wall, started = time.time(), time.perf_counter()
         messages = list(prompt) if not isinstance(prompt, str) else [HumanMessage(prompt)]
         found = sorted({int(x) for m in messages for x in MARKER.findall(_text(m))})
         threads = sorted({thread_of(n) for n in found} | set(self._tags(messages)))
@@ -165,7 +165,8 @@ class Summarizer:
         time.sleep(self.delay)
         head = f"Summary of t{threads[0] if threads else -1}. "
         text = head + _summary_body(messages, MAX_SUMMARY_TOKENS * 2, calls)
-        self.emit(kind="fold", markers=found, threads=threads)
+        ended = wall + time.perf_counter() - started
+        self.emit(kind="fold", markers=found, threads=threads, start=wall, end=ended)
         span[1] = time.perf_counter()
         return text
 
@@ -243,7 +244,7 @@ class Worker:
         summarizer, samples = self.summarizer, self.samples
 
         def timed(messages: Sequence[BaseMessage], *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            wall, started = time.time(), time.perf_counter()
             try:
                 return inner(messages, *args, **kwargs)
             finally:
@@ -251,7 +252,7 @@ class Worker:
                 newest = next(m for m in reversed(messages) if isinstance(m, HumanMessage))
                 n = int(MARKER.match(_text(newest)).group(1))  # type: ignore[union-attr]
                 spent = summarizer.overlap(thread_of(n), started, end)
-                samples.rows.append((end - started, spent))
+                samples.rows.append((end - started, spent, wall, wall + end - started))
 
         self.strategy.apply = timed  # type: ignore[method-assign]
 

@@ -37,10 +37,12 @@ DENSE_WEIGHT = 2.0
 _CANDIDATES = 60
 #: the default context budget is the inner budget over this
 _SHARE = 4
-#: the default ``index_cache_bytes``: about 25k turns of in-process indexes with local
-#: 384-dimension vectors (some 10 KB a turn by ``Lexical.nbytes``), or 50-turn threads by
-#: the thousand
-DEFAULT_INDEX_CACHE_BYTES = 256 << 20
+#: the default ``index_cache_bytes``: a few thousand turns of in-process indexes with local
+#: 384-dimension vectors (some 10-45 KB a turn by ``Lexical.nbytes``, more for short turns),
+#: so a worker's memory stays flat as it serves thousands of threads (``bench.worker_rss``:
+#: +5.6% from 100 to 2,000 threads at 64 MiB, +33% at 256 MiB); one long thread's index stays
+#: whatever its size
+DEFAULT_INDEX_CACHE_BYTES = 64 << 20
 
 
 #: the store classes whose own vector search scales (an ANN index in the database): their
@@ -278,7 +280,7 @@ class RetrievalConfig:
             self.index_cache_bytes,
             0,
             "it bounds the memory of the in-process indexes this Retrieval keeps "
-            "(0: none kept beyond the call; default 256 MiB)",
+            "(0: none kept beyond the call; default 64 MiB)",
         )
         if not isinstance(self.compact, bool):
             raise TypeError(f"Retrieval: compact must be a bool, got {type(self.compact).__name__}")

@@ -251,7 +251,7 @@ class Retrieval(Strategy, Folding):
 
     Settings a newcomer rarely needs live in :class:`RetrievalConfig` (``config=``), among them
     ``index_cache_bytes``: the bound on the estimated memory of the in-process indexes kept
-    across calls (default 256 MiB, least recently searched out first; 0 keeps none beyond the
+    across calls (default 64 MiB, least recently searched out first; 0 keeps none beyond the
     call; :attr:`index_cache_stats` shows what it did).
 
     Every parameter is checked here (:class:`RetrievalConfig`, kept as ``config``), with an
