@@ -80,49 +80,32 @@ class _NewestTurn:
     #: the newest unit with a human message, and the unit that leads a view for it
     human: int | None = None
     anchor: int | None = None
-    #: the leading unit once the units after it hold ``min_messages`` (None: never), and the
-    #: oldest unit walked that may lead a view
+    #: the leading unit once the units after it hold ``min_messages`` (None: never)
     required: int | None = None
-    oldest_lead: int | None = None
     #: the newest turn's rounds a boundary may precede, and its oldest unfolded round
     rounds: list[int] = field(default_factory=list)
     oldest_round: int | None = None
-    #: when ``required`` leads an older turn (the turns after it hold fewer than
-    #: ``min_messages``): that turn, noted as the newest one is (its newest human unit, the
-    #: rounds after it a boundary may precede)
-    held: _NewestTurn | None = None
-
-    def see(self, position: int, unit: Unit, enough: bool) -> None:
-        """Note a unit of this turn, walking back: its human unit, or a round after it."""
-        if self.human is None and unit.has_human:
-            self.human = position
-        elif self.human is None and unit.kind in ("ai", "tool"):
-            self.oldest_round = position
-            if enough:
-                self.rounds.append(position)
 
 
 def _scan_newest_turn(walk: Walk, config: FoldConfig) -> _NewestTurn:
     """Walk back to the unit that leads the newest human turn, noting the turn's tool rounds on
-    the way; stops there once ``min_messages`` are held. When the newest turn holds fewer, the
-    walk goes on through older turns, noting each one's rounds the same way, and stops at the
-    first whose leading unit holds them (``held``)."""
+    the way; stops there once ``min_messages`` are held."""
     found = _NewestTurn()
-    older = _NewestTurn()  # the older turn being walked
     position = 0
     while walk.has(position):
         unit = walk.units[position].unit
         enough = walk.cum_size[position] >= config.min_messages
-        (found if found.anchor is None else older).see(position, unit, enough)
+        if found.human is None and unit.has_human:
+            found.human = position
+        if found.human is None and unit.kind in ("ai", "tool"):
+            found.oldest_round = position
+            if enough:
+                found.rounds.append(position)
         if found.human is not None and leads(unit, config.start_on):
             found.anchor = position if found.anchor is None else found.anchor
-            found.oldest_lead = position
             if enough:
                 found.required = position
-                if position != found.anchor and older.human is not None:
-                    found.held = older  # an older turn: the newer ones hold too few
                 break
-            older = _NewestTurn()  # the turn it leads holds too few: on to the one before
         position += 1
     return found
 
@@ -145,118 +128,48 @@ def _fold_boundary(
     falls between its whole tool rounds instead (:func:`_in_turn_boundary`); "fits" is judged
     against ``turn_room`` (default ``room``): a deeper background fold must not cut inside a turn
     a fold due now keeps whole (the turn may end first; the next request then stops before it,
-    and the fold's messages would be summarized again). The same holds for the older turn that
-    the newest ``min_messages`` reach into when the turns after it are short (a question after
-    a long agent turn): the cut made while it was the newest turn stays (:func:`_in_turn_stop`).
-    When even the newest ``min_messages`` of the turn cannot fit ``hard_room`` (the whole
-    budget; a huge tool result), its rounds are folded instead, down to the oldest round from
-    which the rest can be shown (the newest unit at least), so nothing is hidden unread.
-
-    While the history only grows under the same summary, the boundary never moves back (each
-    rule above is monotone in the history), so a background fold started on an earlier call
-    still leads the request and is adopted, never summarized again."""
+    and the fold's messages would be summarized again). When even the newest ``min_messages``
+    of the turn cannot fit ``hard_room`` (the whole budget; a huge tool result), every round but
+    the newest unit is folded instead, so nothing is hidden unread."""
     config = turn.config
     units = iter_units_reverse(turn.messages, turn.boundary)
     walk = Walk(units if shown is None else map(shown, units), turn.counter.count_message)
     scan = _scan_newest_turn(walk, config)
-    required = _required(scan, walk, config.start_on, in_turn, hard_room)
-
-    def fits(position: int, extra: int = 0, within: int = room) -> bool:
-        return walk.cum_tokens[position] + extra <= within and (
-            config.target_messages is None or walk.cum_size[position] <= config.target_messages
-        )
-
-    within = room if turn_room is None else turn_room
-
-    def turn_fits(position: int) -> bool:
-        return fits(position, within=within)
-
-    # the newest turn; then the older turn the newest min_messages reach into, if any
-    for held in (scan, scan.held if required == scan.required else None):
-        if in_turn and held is not None and held.oldest_round is not None:
-            stop = _in_turn_stop(turn, walk, held, required, turn_fits, fits, hard_room)
-            if stop is not None:
-                return stop
+    human, anchor, required = scan.human, scan.anchor, scan.required
+    rounds, oldest_round = scan.rounds, scan.oldest_round
     if required is None:
-        return turn.boundary
-    return _oldest_fitting_start(walk, required, fits, config.start_on)
-
-
-def _required(
-    scan: _NewestTurn, walk: Walk, start_on: StartOn, in_turn: bool, hard_room: int | None
-) -> int | None:
-    """The walk position of the unit the kept part must start at or before (None: none may
-    lead a view): the one that holds the newest ``min_messages``, with the two exceptions below.
-    """
-    anchor, required = scan.anchor, scan.required
-    if required is None:
-        # no unit that may lead a view holds min_messages (the unfolded part starts inside a
-        # folded turn): min_messages is best-effort, as in select_view. A fold keeps as many as
-        # it may (from the oldest such unit: as the history grows, a newer one holds them, and
-        # the fold's end never moves back); the clip point (not in_turn) spares the newest turn
-        required = scan.oldest_lead if in_turn else anchor
-    if (
-        required is not None
-        and hard_room is not None
+        # no older unit may lead a view (the unfolded part starts inside a folded turn):
+        # min_messages is best-effort, as in select_view
+        required = anchor
+    elif (
+        hard_room is not None
         and anchor is not None
         and required != anchor
         and walk.cum_tokens[required] > hard_room
     ):
         # the newest min_messages cannot be shown with the summary at any budget left: the view
         # would hold fewer of them (min_messages is best-effort) and hide the rest unread, so
-        # fold the oldest instead, down to the oldest unit that may lead a view from which the
-        # rest can be shown (the newest human turn at least). As the history grows, fewer can
-        # be shown from each unit: the fold never stops short of where it stopped before.
-        required = _showable(walk, required, anchor, hard_room, lambda u: leads(u, start_on))
-    return required
+        # fold them instead, down to the newest human turn
+        required = anchor
 
+    def fits(position: int, extra: int = 0, within: int = room) -> bool:
+        return walk.cum_tokens[position] + extra <= within and (
+            config.target_messages is None or walk.cum_size[position] <= config.target_messages
+        )
 
-def _showable(
-    walk: Walk, required: int, newest: int, room: int, may_lead: Callable[[Unit], bool]
-) -> int:
-    """The oldest walk position after ``required`` and before ``newest`` whose unit
-    ``may_lead`` and from which everything costs at most ``room``; ``newest`` when none."""
-    for position in range(required - 1, newest, -1):
-        if walk.cum_tokens[position] <= room and may_lead(walk.units[position].unit):
-            return position
-    return newest
-
-
-def _in_turn_stop(
-    turn: FoldTurn,
-    walk: Walk,
-    held: _NewestTurn,
-    required: int | None,
-    turn_fits: Callable[[int], bool],
-    fits: Callable[[int, int], bool],
-    hard_room: int | None,
-) -> int | None:
-    """The boundary between the rounds of ``held`` (a turn with rounds: the newest, or the older
-    one that the newest ``min_messages`` reach into) when the turn from ``required`` does not
-    fit (``turn_fits``); None: no cut inside it. ``fits(position, pinned tokens)``: whether the
-    rounds from ``position`` fit beside the turn's request, which is pinned in the view (see
-    FoldTurn.pinned).
-
-    An older turn is cut as it was while it was the newest: a background fold started then may
-    still run when a short new turn comes (a question after a long agent turn). The history only
-    grew, so the turn fits no better than it did, and the fold's end stays where it was instead
-    of moving back to the turn's request: the running fold still leads the request and is
-    adopted, never summarized again. (With ``start_on="any"`` an older turn's rounds lead a view
-    themselves: the walk stops at one of them, so no older turn is cut here.)"""
-    rounds, oldest = held.rounds, held.oldest_round
-    assert oldest is not None
-    request = turn.pinned() if held.human is None else walk.units[held.human].unit.start
-    pin = 0 if request is None else turn.counter.count_message(turn.messages[request])
-    kept = rounds[0] if rounds else oldest  # the min_messages run (or all there is)
-    if hard_room is not None and walk.cum_tokens[kept] + pin > hard_room:
-        # it cannot be shown: fold it rather than hide it, down to the oldest round from which
-        # the rest can be shown (the newest unit at least; as the history grows, that round
-        # only moves forward)
-        shown = _showable(walk, kept, 0, hard_room - pin, lambda u: u.kind in ("ai", "tool"))
-        return walk.units[shown].unit.start
-    if rounds and (required is None or not turn_fits(required)):
-        return _in_turn_boundary(walk, rounds, lambda p: fits(p, pin))
-    return None
+    # in-turn folding pins the request of the newest turn (see FoldTurn.pinned)
+    if in_turn and oldest_round is not None:
+        request = turn.pinned() if human is None else walk.units[human].unit.start
+        pin = 0 if request is None else turn.counter.count_message(turn.messages[request])
+        kept = rounds[0] if rounds else oldest_round  # the min_messages run (or all there is)
+        if hard_room is not None and walk.cum_tokens[kept] + pin > hard_room:
+            return walk.units[0].unit.start  # it cannot be shown: fold it rather than hide it
+        within = room if turn_room is None else turn_room
+        if rounds and (required is None or not fits(required, within=within)):
+            return _in_turn_boundary(walk, rounds, lambda p: fits(p, pin))
+    if required is None:
+        return turn.boundary
+    return _oldest_fitting_start(walk, required, fits, config.start_on)
 
 
 def _oldest_fitting_start(
@@ -274,7 +187,7 @@ def _oldest_fitting_start(
 
 
 def _in_turn_boundary(walk: Walk, rounds: list[int], fits: Callable[[int], bool]) -> int:
-    """The fold boundary inside a long turn: before the oldest of its tool rounds such that
+    """The fold boundary inside the newest turn: before the oldest of its tool rounds such that
     the rounds from there on, with the pinned request, fit (``rounds``: walk positions, newest
     first, each already holding ``min_messages``); before the newest such round when none fit,
     so a fold still makes what room it can. The newest unit (an in-flight call) is never
