@@ -43,6 +43,7 @@ from langmem_ext.retrieval.vectors import VectorIndex
 from langmem_ext.strategies import (
     Compacting,
     FoldPolicy,
+    FoldRateWarning,
     SlidingWindow,
     Strategy,
     SummaryBuffer,
@@ -70,6 +71,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "Finding",
     "FoldPolicy",
+    "FoldRateWarning",
     "GraphSchemaError",
     "GraphSchemaWarning",
     "IndexCacheStats",

@@ -21,6 +21,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from langmem_ext.core.checks import is_int
+from langmem_ext.core.signatures import bind, same_parameters
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.resolve import CounterLike, as_counter
 
@@ -283,15 +284,12 @@ class CalibratedCounter:
         raw = self.inner.count_messages(list(messages)) + self._raw_extra(extra_tokens, model)
         return self._record(raw, usage_or_message, model)
 
-    async def aobserve(
-        self,
-        messages: Sequence[BaseMessage],
-        usage_or_message: Any,
-        *,
-        model: str | None = None,
-        extra_tokens: int = 0,
-    ) -> Correction | None:
+    @same_parameters(observe)
+    async def aobserve(self, *args: Any, **kwargs: Any) -> Correction | None:
         """:meth:`observe`, counting off the event loop when the wrapped counter blocks."""
+        _, messages, usage_or_message, model, extra_tokens = bind(
+            CalibratedCounter.observe, (self, *args), kwargs, "aobserve"
+        )
         if _input_tokens(usage_or_message) is None:
             return None
         raw = await self._araw(list(messages)) + self._raw_extra(extra_tokens, model)

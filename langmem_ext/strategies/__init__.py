@@ -11,7 +11,7 @@ The summarizers they call are in :mod:`langmem_ext.summarize`; ``Retrieval``, wh
 them, in :mod:`langmem_ext.retrieval`.
 """
 
-from langmem_ext.strategies.engine import Strategy
+from langmem_ext.strategies.engine import FoldRateWarning, Strategy
 from langmem_ext.strategies.options import FoldPolicy
 from langmem_ext.strategies.presets import (
     Compacting,
@@ -25,6 +25,7 @@ from langmem_ext.strategies.presets import (
 __all__ = [
     "Compacting",
     "FoldPolicy",
+    "FoldRateWarning",
     "SlidingWindow",
     "Strategy",
     "SummaryBuffer",

@@ -33,7 +33,9 @@ import concurrent.futures
 import logging
 import math
 import time
+import warnings
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -43,6 +45,7 @@ from langchain_core.messages import BaseMessage
 from langmem_ext.core.fold_config import FoldRequest
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.signatures import bind, same_parameters
 from langmem_ext.core.state import Health, MemoryState
 from langmem_ext.core.steps import DECLINED, Flow, Raised, Step, arun, mapped, resume, run
 from langmem_ext.core.tokens import TokenCounter
@@ -51,6 +54,8 @@ from langmem_ext.summarize.summarizer import Summarizer
 
 __all__ = [
     "DECLINED",
+    "FOLD_RATE_WINDOW",
+    "FoldRateWarning",
     "IoRequest",
     "Plan",
     "Request",
@@ -176,48 +181,35 @@ class Strategy(ABC):
         before, flow = self._begin(messages, state, extra_tokens, key)
         return self._notified(before, run(flow), messages)
 
-    async def aapply(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike = None,
-        *,
-        extra_tokens: int = 0,
-        key: MemoryKey | None = None,
-    ) -> MemoryResult:
+    @same_parameters(apply)
+    async def aapply(self, *args: Any, **kwargs: Any) -> MemoryResult:
         """Async :meth:`apply`: the same plan; the summarizer and I/O are awaited, and counting
         runs off the event loop when the counter does I/O. Cancelling it leaves ``state``
         untouched."""
-        before, flow = self._begin(messages, state, extra_tokens, key, awaited=True)
+        messages, *call = self._bound("aapply", args, kwargs)
+        before, flow = self._begin(messages, *call, awaited=True)
         return self._notified(before, await arun(flow), messages)
 
-    def view(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike = None,
-        *,
-        extra_tokens: int = 0,
-        key: MemoryKey | None = None,
-    ) -> MemoryResult:
+    @same_parameters(apply)
+    def view(self, *args: Any, **kwargs: Any) -> MemoryResult:
         """Read-only :meth:`apply`: the view for ``messages`` under ``state`` without ever
         calling the summarizer, writing anything or notifying callbacks. A fold the plan would
         ask for is deferred (not counted as a failure): the view then shows the summary so far,
         the newest messages that fit and a note with the number of messages not shown. The
         returned ``state`` is informational; readers should not store it."""
-        return run(self._begin(messages, state, extra_tokens, key)[1], read_only=True)
+        return run(self._begin(*self._bound("view", args, kwargs))[1], read_only=True)
 
-    async def aview(
-        self,
-        messages: Sequence[BaseMessage],
-        state: StateLike = None,
-        *,
-        extra_tokens: int = 0,
-        key: MemoryKey | None = None,
-    ) -> MemoryResult:
+    @same_parameters(apply)
+    async def aview(self, *args: Any, **kwargs: Any) -> MemoryResult:
         """Async :meth:`view`; counting runs off the event loop when the counter does I/O."""
-        _, flow = self._begin(messages, state, extra_tokens, key, awaited=True)
+        _, flow = self._begin(*self._bound("aview", args, kwargs), awaited=True)
         return await arun(flow, read_only=True)
 
     # -- the drivers ------------------------------------------------------------------------------
+
+    def _bound(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """A twin's arguments as :meth:`apply` takes them: messages, state, extra_tokens, key."""
+        return bind(Strategy.apply, (self, *args), kwargs, name)[1:]
 
     def _begin(
         self,
@@ -251,6 +243,10 @@ class Strategy(ABC):
     ) -> MemoryResult:
         """``result``, once the callbacks were told (``apply`` / ``aapply``; a view never)."""
         self.notify(before, result, messages)
+        rate = self.__dict__.get("_fold_rate")
+        if rate is None:
+            rate = self.__dict__["_fold_rate"] = _FoldRate()
+        rate.add(self, result.report.folded > 0)
         return result
 
     # -- background folds -------------------------------------------------------------------------
@@ -359,3 +355,40 @@ def _as_sequence(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
             f"messages must be a sequence of BaseMessage, got {type(messages).__name__}"
         )
     return list(messages)
+
+
+class FoldRateWarning(UserWarning):
+    """A strategy folded (called its summarizer) on more than one call in three of its last
+    :data:`FOLD_RATE_WINDOW`: its budget leaves too little room between folds, so nearly every
+    turn pays a summarizer call. Shown once per strategy object."""
+
+
+#: calls the fold-rate check looks back over (it speaks only once this many calls were made)
+FOLD_RATE_WINDOW = 30
+
+
+class _FoldRate:
+    """Which of a strategy's recent calls folded; warns once when more than a third did."""
+
+    __slots__ = ("recent", "warned")
+
+    def __init__(self) -> None:
+        self.recent: deque[bool] = deque(maxlen=FOLD_RATE_WINDOW)
+        self.warned = False
+
+    def add(self, strategy: Strategy, folded: bool) -> None:
+        self.recent.append(folded)
+        if self.warned or len(self.recent) < FOLD_RATE_WINDOW:
+            return
+        folds = sum(self.recent)
+        if folds * 3 <= FOLD_RATE_WINDOW:
+            return
+        self.warned = True
+        name = type(strategy).__name__
+        message = (
+            f"{name} folded on {folds} of its last {FOLD_RATE_WINDOW} calls, a summarizer call "
+            "each: each fold frees too little of the budget. Raise max_tokens, or fold deeper "
+            "(a lower target_tokens / target_ratio, a smaller summary share), or use a trimming "
+            "strategy. Shown once per strategy."
+        )
+        warnings.warn(message, FoldRateWarning, stacklevel=4)

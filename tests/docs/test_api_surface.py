@@ -35,6 +35,7 @@ EXPECTED = (
     "ExtractiveSummarizer",
     "Finding",
     "FoldPolicy",
+    "FoldRateWarning",
     "GraphSchemaError",
     "GraphSchemaWarning",
     "IndexCacheStats",
