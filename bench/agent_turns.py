@@ -18,7 +18,8 @@ A **model call** happens before every AIMessage: after each request and after ea
 results. At every call each tool is asked for the view the model would receive:
 
 * langmem_ext ``SummaryBuffer``, ``Compacting``, ``TieredSummary`` (tool-round digests as its
-  first tier) and ``ToolDigest`` (digests only, no summarizer): ``strategy.apply(history,
+  first tier), ``ToolDigest`` (digests only, no summarizer) and ``TokenBudget`` with
+  ``target_tokens`` at 5/8 of the budget (hysteresis, no summarizer): ``strategy.apply(history,
   previous_state)``;
 * langmem ``summarize_messages`` and langchain ``SummarizationMiddleware``: driven exactly as
   ``bench.summaries`` drives them (the same builders, imported from there).
@@ -50,10 +51,10 @@ from bench.fakes import Conversation, _mark
 from bench.harness import (
     RunClock,
     bench_main,
-    format_load,
     format_seconds,
     git_source,
     is_prefix,
+    load_span,
     log_progress,
     machine_info,
     md_table,
@@ -71,6 +72,7 @@ from bench.summaries_tools import (
     tool_factories,
 )
 from langmem_ext import validate
+from langmem_ext.testing import random_words
 
 __all__ = [
     "FULL",
@@ -79,7 +81,6 @@ __all__ = [
     "AgentTurnsConfig",
     "agent_conversation",
     "main",
-    "random_words",
     "render_markdown",
     "run_agent_turns",
     "write_results",
@@ -120,7 +121,7 @@ FULL = AgentTurnsConfig(
     parallel_rate=0.15,
     huge_rate=0.01,
     huge_tokens=(6_000, 10_000),
-    budgets=(8_000, 32_000),
+    budgets=(8_000, 16_000, 32_000),
     max_summary_tokens=1_000,
     summary_fill=0.8,
 )
@@ -131,37 +132,6 @@ QUICK = replace(FULL, mode="quick", rounds=(30, 60), budgets=(8_000,))
 # the workload
 
 TOOLS = ("search_orders", "read_file", "run_sql", "fetch_invoice", "grep_logs", "http_get")
-
-# The words of the generated text. Word for word, number for number, the generator of
-# ``langmem_ext.testing`` (a private helper there): the committed results were made with it, and a
-# benchmark keeps its own copy so that a change to the package's test kit does not move them.
-_WORDS = (
-    "the of and to in is you that it he was for on are as with his they at be this have from or "
-    "one had by word but not what all were we when your can said there use an each which she do "
-    "how their if will up other about out many then them these so some her would make like him "
-    "into time has look two more write go see number no way could people my than first water been "
-    "call who oil its now find long down day did get come made may part over new sound take only "
-    "little work know place year live me back give most very after thing our just name good "
-    "sentence man think say great where help through much before line right too mean old any "
-    "same tell boy follow came want show also around form three small set put end does another "
-    "well large must big even such because turn here why ask went men read need land different "
-    "home us move try kind hand picture again change off play spell air away animal house point "
-    "page letter mother answer found study still learn should America world invoice shipment "
-    "database latency deploy budget refund customer contract schedule Berlin Tokyo Lisbon quarter "
-    "revenue ticket server migration café naïve résumé 東京 Zürich"
-).split()
-_EMOJI = ("🙂", "🚀", "✅", "📦", "🔥")
-
-
-def random_words(rng: random.Random, low: int, high: int) -> str:
-    """A sentence of ``low``-``high`` words drawn by ``rng``: one word in 25 a number, and an
-    emoji at the end of 15% of them."""
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(low, high))]
-    for _ in range(len(words) // 25):
-        words[rng.randrange(len(words))] = str(rng.randint(1, 99_999))
-    if rng.random() < 0.15:
-        words.append(rng.choice(_EMOJI))
-    return " ".join(words).capitalize() + "."
 
 
 def _observation(rng: random.Random, config: AgentTurnsConfig, huge: bool) -> str:
@@ -339,6 +309,10 @@ _SUMMED = (
 )
 
 
+#: the share of calls whose view extends the previous one (prompt caching) a tool should reach
+PREFIX_GOAL = 0.85
+
+
 def _aggregate(per_conversation: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One tool at one budget over every conversation: totals, shares of calls, the median
     tokens per call over all calls, the worst single call."""
@@ -366,6 +340,7 @@ def _aggregate(per_conversation: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "request in every view": out["request_kept"] == calls,
         "0 over budget": out["over_budget"] == 0,
         "0 invalid": out["invalid"] == 0,
+        f"prefix kept >= {PREFIX_GOAL:.0%}": out["prefix_share"] >= PREFIX_GOAL,
     }
     return out
 
@@ -375,8 +350,13 @@ def _aggregate(per_conversation: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def digest_factories(config: AgentTurnsConfig) -> list[Callable[[], Tool]]:
-    """``ToolDigest`` (no summarizer) at every budget, beside the summarizing tools."""
-    return [partial(_langmem_ext_tool, "ToolDigest", budget, config) for budget in config.budgets]
+    """``ToolDigest`` and ``TokenBudget`` with a target (no summarizer) at every budget, beside
+    the summarizing tools."""
+    return [
+        partial(_langmem_ext_tool, kind, budget, config)
+        for kind in ("ToolDigest", "TokenBudget")
+        for budget in config.budgets
+    ]
 
 
 def run_agent_turns(
@@ -491,8 +471,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         *provenance_lines(meta),
         f"- Source: commit {source['commit']}"
         + (" with uncommitted changes in langmem_ext" if source["langmem_ext_modified"] else ""),
-        f"- Load average (1/5/15 min) at start {format_load(meta.get('load_average_start'))}, "
-        f"at end {format_load(meta.get('load_average_end'))}",
+        f"- Load average (1/5/15 min) at start {load_span(meta, ', at end ')}",
         "",
         "## Method",
         "",
@@ -506,8 +485,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{cfg['huge_tokens'][0]:,}–{cfg['huge_tokens'][1]:,} tokens. Every message has an id "
         "and a unique marker `m<N>:` at the start of its text. Before every model call (before "
         "every AIMessage) each tool is asked for the model's view: langmem_ext strategies by "
-        "`strategy.apply(history, previous_state)` (`ToolDigest` has no summarizer: what it "
-        "cuts is left unseen by design; a message inside a tool-round digest counts as in the "
+        "`strategy.apply(history, previous_state)` (`ToolDigest` and `TokenBudget(max_tokens, "
+        "target_tokens=5/8 of it)` have no summarizer: what they cut is left unseen by design; "
+        "a message inside a tool-round digest counts as in the "
         "view, since the digest carries its marker and gist), langmem's `summarize_messages` and "
         "langchain's `SummarizationMiddleware` as `bench.summaries` drives them. Each tool has "
         "its own instance of the same deterministic fake summarizer, which answers "

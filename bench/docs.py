@@ -20,7 +20,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +37,16 @@ from bench import (
     worker_rss,
 )
 from bench.docs_plots import (
-    ANCHOR,
-    BASELINE_GREY,
-    OURS,
-    _Bar,
-    _hbars,
-    _new_figure,
     _plot_style,
-    _save,
     plot_agent_turns,
     plot_growth,
+    plot_long_turns,
+    plot_pgvector_scale,
     plot_retrieval,
+    plot_soak,
     plot_summaries,
     plot_token_budget,
+    plot_worker_rss,
 )
 from bench.harness import ROOT, provenance_lines
 from bench.retrieval_config import HEADLINE
@@ -418,12 +415,8 @@ def _anchors_growth(results: dict[str, Any]) -> list[str]:
     return [f"{none['label']} (baseline: no memory node)"] if none else []
 
 
-def _anchors_retrieval(results: dict[str, Any]) -> list[str]:
-    return [f"{retrieval_config.BASELINE} (baseline: no retrieval)", "the issue's figures"]
-
-
 # -------------------------------------------------------------------------------------------
-# long turns, pgvector at scale, soak: their page parts (plots drawn with docs_plots' helpers)
+# long turns, pgvector at scale, soak: their page parts (their plots are in docs_plots)
 
 
 def _until_prefix(prefix: str) -> Callable[[list[str]], list[str]]:
@@ -518,13 +511,6 @@ def _describe_pgvector_scale(results: dict[str, Any]) -> str:
     )
 
 
-def _anchors_pgvector_scale(results: dict[str, Any]) -> list[str]:
-    return [
-        '`dense_index="local"` (the in-process `VectorIndex` on the same turns and vectors)',
-        "numpy brute force (the reference of recall)",
-    ]
-
-
 def _status_pgvector_scale(results: dict[str, Any]) -> str:
     goals = results["goals"]
     out = f"{sum(bool(g['met']) for g in goals)} of {len(goals)} goals met"
@@ -547,132 +533,6 @@ def _describe_soak(results: dict[str, Any]) -> str:
     )
 
 
-def _anchors_soak(results: dict[str, Any]) -> list[str]:
-    return ["none: the checks are absolute (each count must be 0)"]
-
-
-def _status_soak(results: dict[str, Any]) -> str:
-    return _status_verdicts(soak.render_markdown(results), "Invariants", "invariants")
-
-
-def plot_long_turns(results: dict[str, Any], path: Path) -> str:
-    """Recall per ranking / query, this code against the code before, and time per call."""
-    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
-    ours = [
-        _Bar(n, v["recall"], OURS, False, _pct(v["recall"]), "this code")
-        for n, v in results["variants"].items()
-    ]
-    before = [
-        _Bar(f"before: {n}", v["recall"], BASELINE_GREY, True, _pct(v["recall"]), "before")
-        for n, v in (results.get("baseline") or {}).get("variants", {}).items()
-    ]
-    _hbars(
-        left,
-        ours + before,
-        title="Recall of the asked facts",
-        xlabel="share of asked facts in the retrieved context",
-        ref=long_turns.RECALL_GOAL,
-        ref_label="goal",
-        xmax=1.25,
-    )
-    times = [
-        _Bar(b.label, results["variants"][b.label]["ms_per_call_median"], OURS, False, "", "")
-        for b in ours
-    ]
-    times = [replace(b, text=f"{b.value:.1f} ms") for b in times]
-    _hbars(right, times, title="Time per model call (median)", xlabel="ms")
-    _save(fig, path)
-    return (
-        "Left: recall of the facts asked for, per ranking / query (hatched: the code before); "
-        "dotted: the goal. Right: median time per model call."
-    )
-
-
-def plot_pgvector_scale(results: dict[str, Any], path: Path) -> str:
-    """Recall against ``hnsw.ef_search`` per cell and scan mode; p50 per apply at the
-    recommended setting per cell, with the in-process anchor."""
-    fig, (left, right) = _new_figure(10, 3.8, 1, 2)
-    k = results["meta"]["config"]["k"]
-    for cell in results["cells"]:
-        name = f"{cell['turns']:,} {cell['layout']}"
-        for scan, style in (("off", "--"), ("relaxed_order", "-")):
-            points = sorted(
-                (s["ef_search"], s["recall"]["recall"])
-                for s in cell["settings"]
-                if s["iterative_scan"] == scan
-            )
-            if points:
-                xs, ys = zip(*points, strict=True)
-                left.plot(xs, ys, style, marker="o", markersize=3, label=f"{name}, {scan}")
-    left.axhline(0.95, color="black", linestyle=":", linewidth=1)
-    left.set_xscale("log")
-    left.set_ylim(0, 1.05)
-    left.set_title(f"Recall@{k} of the store's search against brute force")
-    left.set_xlabel("hnsw.ef_search (log)")
-    left.set_ylabel("recall")
-    left.grid(alpha=0.3)
-    left.legend(fontsize=6)
-    chosen = results["recommended"]
-    bars: list[_Bar] = []
-    for cell in results["cells"]:
-        name = f"{cell['turns']:,} {cell['layout']}"
-        at_chosen = [
-            s["latency"]["single"]["p50"]
-            for s in cell["settings"]
-            if (s["ef_search"], s["iterative_scan"])
-            == (chosen["ef_search"], chosen["iterative_scan"])
-        ]
-        for p50 in at_chosen:  # a cell not run at the recommended setting has no bar
-            bars.append(_Bar(f"{name} store", p50, OURS, False, f"{p50:.1f}", name))
-        if cell.get("local"):
-            local = cell["local"]["single"]["p50"]
-            bars.append(_Bar(f"{name} local", local, ANCHOR, True, f"{local:.1f}", name))
-    _hbars(
-        right,
-        bars,
-        title=f"Per apply, p50 (ef_search={chosen['ef_search']}, {chosen['iterative_scan']})",
-        xlabel="ms",
-    )
-    _save(fig, path)
-    return (
-        "Left: recall of the store's search per size and layout against `hnsw.ef_search`, "
-        "with `hnsw.iterative_scan` off (dashed) and `relaxed_order` (solid); dotted: the goal. "
-        "Right: median time of one `Retrieval.apply` at the recommended setting, the store's "
-        "search against the in-process index (hatched)."
-    )
-
-
-def plot_soak(results: dict[str, Any], path: Path) -> str:
-    """RSS of each worker over its life, and the latency percentiles."""
-    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
-    for r in results["rss"]:
-        times = [t for t, _ in r["samples"]]
-        mbs = [mb for _, mb in r["samples"]]
-        label = f"worker {r['worker']}.{r['incarnation']}" + (" (killed)" if r["killed"] else "")
-        left.plot(times, mbs, marker="o", markersize=3, linewidth=1, label=label)
-    left.set_title("RSS per worker")
-    left.set_xlabel("s since the start")
-    left.set_ylabel("MB")
-    left.set_ylim(0, max(r["max_mb"] for r in results["rss"]) * 1.15)
-    left.grid(alpha=0.3)
-    left.legend(fontsize=7)
-    lat = results["latency_ms"]
-    names = [
-        ("added_p50", "added per call p50"),
-        ("added_p99", "added per call p99"),
-        ("turn_p50", "whole turn p50"),
-        ("turn_p99", "whole turn p99"),
-    ]
-    bars = [_Bar(label, lat[key], OURS, False, f"{lat[key]:,.1f} ms") for key, label in names]
-    _hbars(right, bars, title="Latency (ms)", xlabel="ms")
-    _save(fig, path)
-    return (
-        "Left: resident memory of each worker process over its life (the killed worker and its "
-        "restart are separate lines). Right: the time memory adds to a model call (summarizer "
-        "excluded) and a whole agent turn, p50 and p99."
-    )
-
-
 # worker RSS: its page part
 
 
@@ -691,58 +551,42 @@ def _describe_worker_rss(results: dict[str, Any]) -> str:
     )
 
 
-def _anchors_worker_rss(results: dict[str, Any]) -> list[str]:
-    return ["none: the goals are absolute (RSS flat within 10 %, under 400 MB)"]
-
-
-def _status_worker_rss(results: dict[str, Any]) -> str:
-    return _status_verdicts(worker_rss.render_markdown(results), "Goals", "goals")
-
-
-def plot_worker_rss(results: dict[str, Any], path: Path) -> str:
-    """RSS and the index cache's bytes against threads served, one line per setting."""
-    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
-    for s in results["settings"]:
-        threads = [p["threads"] for p in s["checkpoints"]]
-        left.plot(threads, [p["VmRSS"] for p in s["checkpoints"]], marker="o", markersize=3,
-                  linewidth=1, label=f"cache {s['label']}")  # fmt: skip
-        right.plot(threads, [p["cache"]["bytes"] / worker_rss.MIB for p in s["checkpoints"]],
-                   marker="o", markersize=3, linewidth=1, label=f"cache {s['label']}")  # fmt: skip
-    left.axhline(worker_rss.MAX_RSS_MB, color=ANCHOR, linestyle="--", linewidth=1,
-                 label=f"goal: {worker_rss.MAX_RSS_MB:.0f} MB")  # fmt: skip
-    left.set_title("Worker RSS")
-    left.set_xlabel("threads served")
-    left.set_ylabel("MB")
-    left.set_ylim(0, None)
-    right.set_title("Index cache held")
-    right.set_xlabel("threads served")
-    right.set_ylabel("MiB")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    _save(fig, path)
-    return (
-        "Left: resident memory of each worker (one per `index_cache_bytes` setting) after "
-        "`gc.collect()`, against the threads it has served; the dashed line is the 400 MB goal. "
-        "Right: the bytes the in-process index cache holds (its own estimate)."
-    )
-
-
 @dataclass(frozen=True)
 class Benchmark:
     """One benchmark on the page: where its results are, how to show them."""
 
     module: str
-    #: the full-mode results stem (``<stem>.json`` / ``<stem>.md``)
-    stem: str
     title: str
     render: Callable[[dict[str, Any]], str]
     picks: tuple[Pick, ...]
     describe: Callable[[dict[str, Any]], str]
-    anchors: Callable[[dict[str, Any]], list[str]]
-    status: Callable[[dict[str, Any]], str]
-    image: str
+    #: the anchors side by side: fixed, or read from the results
+    anchors: tuple[str, ...] | Callable[[dict[str, Any]], list[str]]
+    #: the targets' status: read from the results, or ``(section, what)``: the PASS / FAIL
+    #: table of the report's ``section`` counted (``N of M <what> pass``)
+    status: tuple[str, str] | Callable[[dict[str, Any]], str]
     plot: Callable[[dict[str, Any], Path], str]
+    #: the full-mode results stem (``<stem>.json`` / ``<stem>.md``); default: the module's name
+    stem: str = ""
+    #: the plot's file name; default ``bench_<stem>.png``
+    image: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.stem:
+            object.__setattr__(self, "stem", self.module.removeprefix("bench."))
+        if not self.image:
+            object.__setattr__(self, "image", f"bench_{self.stem}.png")
+
+    def anchors_of(self, results: dict[str, Any]) -> list[str]:
+        """The anchors of this run."""
+        return list(self.anchors) if isinstance(self.anchors, tuple) else self.anchors(results)
+
+    def status_of(self, results: dict[str, Any]) -> str:
+        """Which targets this run met."""
+        if isinstance(self.status, tuple):
+            section, what = self.status
+            return _status_verdicts(self.render(results), section, what)
+        return self.status(results)
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
@@ -766,7 +610,6 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         module="bench.summaries",
-        stem="summaries",
         title="Summarizing memory: langmem_ext vs langmem vs SummarizationMiddleware",
         render=summaries.render_markdown,
         picks=(
@@ -779,12 +622,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         describe=_describe_summaries,
         anchors=_anchors_tools,
         status=_status_summaries,
-        image="bench_summaries.png",
         plot=plot_summaries,
     ),
     Benchmark(
         module="bench.agent_turns",
-        stem="agent_turns",
         title="Long agent turns: hundreds of tool rounds per request",
         render=agent_turns.render_markdown,
         picks=(
@@ -795,24 +636,20 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         describe=_describe_agent_turns,
         anchors=_anchors_tools,
         status=_status_agent_turns,
-        image="bench_agent_turns.png",
         plot=plot_agent_turns,
     ),
     Benchmark(
         module="bench.growth",
-        stem="growth",
         title="Checkpoint growth: MemoryNode vs no memory",
         render=growth.render_markdown,
         picks=(Pick("Verdict"), Pick("Summary"), Pick("Latest checkpoint")),
         describe=_describe_growth,
         anchors=_anchors_growth,
         status=_status_growth,
-        image="bench_growth.png",
         plot=plot_growth,
     ),
     Benchmark(
         module="bench.retrieval",
-        stem="retrieval",
         title="Retrieval memory: evicted evidence brought back",
         render=retrieval_report.render_markdown,
         picks=(
@@ -820,55 +657,51 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             Pick("Evidence available", prefix=True, keep=_first_table_per_subsection),
         ),
         describe=_describe_retrieval,
-        anchors=_anchors_retrieval,
+        anchors=(f"{retrieval_config.BASELINE} (baseline: no retrieval)", "the issue's figures"),
         status=_status_retrieval,
-        image="bench_retrieval.png",
         plot=plot_retrieval,
     ),
     Benchmark(
         module="bench.long_turns",
-        stem="long_turns",
         title="Long agent turns: tool results brought back later in the same turn",
         render=_render_long_turns,
         picks=(Pick("This code", keep=_until_prefix("Before (")), Pick("Before")),
         describe=_describe_long_turns,
         anchors=_anchors_long_turns,
         status=_status_long_turns,
-        image="bench_long_turns.png",
         plot=plot_long_turns,
     ),
     Benchmark(
         module="bench.pgvector_scale",
-        stem="pgvector_scale",
         title="Retrieval on PostgreSQL + pgvector at scale",
         render=pgvector_scale.render_markdown,
         # every section: the report is organized by the settings it tries, and stays short
         picks=(Pick("", prefix=True),),
         describe=_describe_pgvector_scale,
-        anchors=_anchors_pgvector_scale,
+        anchors=(
+            '`dense_index="local"` (the in-process `VectorIndex` on the same turns and vectors)',
+            "numpy brute force (the reference of recall)",
+        ),
         status=_status_pgvector_scale,
-        image="bench_pgvector_scale.png",
         plot=plot_pgvector_scale,
     ),
     Benchmark(
         module="bench.soak",
-        stem="soak",
         title="Soak: agents on PostgreSQL across worker processes",
         render=soak.render_markdown,
         picks=(
             Pick("Invariants"),
+            Pick("Goals"),
             Pick("Throughput and latency"),
             Pick("RSS per worker", prefix=True),
         ),
         describe=_describe_soak,
-        anchors=_anchors_soak,
-        status=_status_soak,
-        image="bench_soak.png",
+        anchors=("none: the checks are absolute (each count must be 0)",),
+        status=("Invariants", "invariants"),
         plot=plot_soak,
     ),
     Benchmark(
         module="bench.worker_rss",
-        stem="worker_rss",
         title="Worker RSS against threads served",
         render=worker_rss.render_markdown,
         picks=(
@@ -878,9 +711,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             Pick("Revisits"),
         ),
         describe=_describe_worker_rss,
-        anchors=_anchors_worker_rss,
-        status=_status_worker_rss,
-        image="bench_worker_rss.png",
+        anchors=("none: the goals are absolute (RSS flat within 10 %, under 400 MB)",),
+        status=("Goals", "goals"),
         plot=plot_worker_rss,
     ),
 )
@@ -935,7 +767,7 @@ def render_page(found: dict[str, Found], captions: dict[str, str], results_link:
         what = b.describe(results).split(". ")[0].rstrip(".") + "."
         lines.append(
             f"| [{number}. {b.title}](#{_slug(number, b.title)}) (`python -m {b.module}`) | "
-            f"{what} | {'; '.join(b.anchors(results))} | {b.status(results)} |"
+            f"{what} | {'; '.join(b.anchors_of(results))} | {b.status_of(results)} |"
         )
     missing = [b for b in BENCHMARKS if b.module not in found]
     if missing:
@@ -1001,9 +833,9 @@ def _benchmark_sections(
         lines += [
             b.describe(results),
             "",
-            "Anchors: " + "; ".join(b.anchors(results)) + ".",
+            "Anchors: " + "; ".join(b.anchors_of(results)) + ".",
             "",
-            f"Result: {b.status(results)}.",
+            f"Result: {b.status_of(results)}.",
             "",
             f"![{b.title}]({IMG_DIR}/{b.image})",
             "",

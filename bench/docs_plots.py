@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import agent_turns, retrieval_config, summaries
-from bench.harness import format_seconds
+from bench import agent_turns, long_turns, retrieval_config, summaries, worker_rss
+from bench.harness import format_seconds, pct
 from bench.static import STATIC_METHODS
 
 #: plot settings: fixed pixel sizes (inches x DPI), no version or date in the PNG
@@ -582,4 +582,149 @@ def _answer_turns_panel(datasets: Any, evidence: Any, right: Any, titles: Any) -
         loc="upper center",
         bbox_to_anchor=(0.5, -0.1),
         fontsize=7,
+    )
+
+
+# long turns, pgvector at scale, soak, worker RSS
+
+
+def _line_axes(ax: Any, title: str, xlabel: str, ylabel: str, legend_size: float = 7) -> None:
+    """A line plot's title, axis labels, light grid and legend."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def plot_long_turns(results: dict[str, Any], path: Path) -> str:
+    """Recall per ranking / query, this code against the code before, and time per call."""
+    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
+    ours = [
+        _Bar(n, v["recall"], OURS, False, pct(v["recall"]), "this code")
+        for n, v in results["variants"].items()
+    ]
+    before = [
+        _Bar(f"before: {n}", v["recall"], BASELINE_GREY, True, pct(v["recall"]), "before")
+        for n, v in (results.get("baseline") or {}).get("variants", {}).items()
+    ]
+    _hbars(
+        left,
+        ours + before,
+        title="Recall of the asked facts",
+        xlabel="share of asked facts in the retrieved context",
+        ref=long_turns.RECALL_GOAL,
+        ref_label="goal",
+        xmax=1.25,
+    )
+    times = [
+        _Bar(b.label, results["variants"][b.label]["ms_per_call_median"], OURS, False, "", "")
+        for b in ours
+    ]
+    times = [replace(b, text=f"{b.value:.1f} ms") for b in times]
+    _hbars(right, times, title="Time per model call (median)", xlabel="ms")
+    _save(fig, path)
+    return (
+        "Left: recall of the facts asked for, per ranking / query (hatched: the code before); "
+        "dotted: the goal. Right: median time per model call."
+    )
+
+
+def plot_pgvector_scale(results: dict[str, Any], path: Path) -> str:
+    """Recall against ``hnsw.ef_search`` per cell and scan mode; p50 per apply at the
+    recommended setting per cell, with the in-process anchor."""
+    fig, (left, right) = _new_figure(10, 3.8, 1, 2)
+    k = results["meta"]["config"]["k"]
+    for cell in results["cells"]:
+        name = f"{cell['turns']:,} {cell['layout']}"
+        for scan, style in (("off", "--"), ("relaxed_order", "-")):
+            points = sorted(
+                (s["ef_search"], s["recall"]["recall"])
+                for s in cell["settings"]
+                if s["iterative_scan"] == scan
+            )
+            if points:
+                xs, ys = zip(*points, strict=True)
+                left.plot(xs, ys, style, marker="o", markersize=3, label=f"{name}, {scan}")
+    left.axhline(0.95, color="black", linestyle=":", linewidth=1)
+    left.set_xscale("log")
+    left.set_ylim(0, 1.05)
+    _line_axes(left, f"Recall@{k} of the store's search against brute force",
+               "hnsw.ef_search (log)", "recall", legend_size=6)  # fmt: skip
+    chosen = results["recommended"]
+    bars: list[_Bar] = []
+    for cell in results["cells"]:
+        name = f"{cell['turns']:,} {cell['layout']}"
+        at_chosen = [
+            s["latency"]["single"]["p50"]
+            for s in cell["settings"]
+            if (s["ef_search"], s["iterative_scan"])
+            == (chosen["ef_search"], chosen["iterative_scan"])
+        ]
+        for p50 in at_chosen:  # a cell not run at the recommended setting has no bar
+            bars.append(_Bar(f"{name} store", p50, OURS, False, f"{p50:.1f}", name))
+        if cell.get("local"):
+            local = cell["local"]["single"]["p50"]
+            bars.append(_Bar(f"{name} local", local, ANCHOR, True, f"{local:.1f}", name))
+    _hbars(
+        right,
+        bars,
+        title=f"Per apply, p50 (ef_search={chosen['ef_search']}, {chosen['iterative_scan']})",
+        xlabel="ms",
+    )
+    _save(fig, path)
+    return (
+        "Left: recall of the store's search per size and layout against `hnsw.ef_search`, "
+        "with `hnsw.iterative_scan` off (dashed) and `relaxed_order` (solid); dotted: the goal. "
+        "Right: median time of one `Retrieval.apply` at the recommended setting, the store's "
+        "search against the in-process index (hatched)."
+    )
+
+
+def plot_soak(results: dict[str, Any], path: Path) -> str:
+    """RSS of each worker over its life, and the latency percentiles."""
+    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
+    for r in results["rss"]:
+        times = [t for t, _ in r["samples"]]
+        mbs = [mb for _, mb in r["samples"]]
+        label = f"worker {r['worker']}.{r['incarnation']}" + (" (killed)" if r["killed"] else "")
+        left.plot(times, mbs, marker="o", markersize=3, linewidth=1, label=label)
+    left.set_ylim(0, max(r["max_mb"] for r in results["rss"]) * 1.15)
+    _line_axes(left, "RSS per worker", "s since the start", "MB")
+    lat = results["latency_ms"]
+    names = [
+        ("added_p50", "added per call p50"),
+        ("added_p99", "added per call p99"),
+        ("turn_p50", "whole turn p50"),
+        ("turn_p99", "whole turn p99"),
+    ]
+    bars = [_Bar(label, lat[key], OURS, False, f"{lat[key]:,.1f} ms") for key, label in names]
+    _hbars(right, bars, title="Latency (ms)", xlabel="ms")
+    _save(fig, path)
+    return (
+        "Left: resident memory of each worker process over its life (the killed worker and its "
+        "restart are separate lines). Right: the time memory adds to a model call (summarizer "
+        "excluded) and a whole agent turn, p50 and p99."
+    )
+
+
+def plot_worker_rss(results: dict[str, Any], path: Path) -> str:
+    """RSS and the index cache's bytes against threads served, one line per setting."""
+    fig, (left, right) = _new_figure(10, 3.6, 1, 2)
+    for s in results["settings"]:
+        threads = [p["threads"] for p in s["checkpoints"]]
+        left.plot(threads, [p["VmRSS"] for p in s["checkpoints"]], marker="o", markersize=3,
+                  linewidth=1, label=f"cache {s['label']}")  # fmt: skip
+        right.plot(threads, [p["cache"]["bytes"] / worker_rss.MIB for p in s["checkpoints"]],
+                   marker="o", markersize=3, linewidth=1, label=f"cache {s['label']}")  # fmt: skip
+    left.axhline(worker_rss.MAX_RSS_MB, color=ANCHOR, linestyle="--", linewidth=1,
+                 label=f"goal: {worker_rss.MAX_RSS_MB:.0f} MB")  # fmt: skip
+    left.set_ylim(0, None)
+    _line_axes(left, "Worker RSS", "threads served", "MB")
+    _line_axes(right, "Index cache held", "threads served", "MiB")
+    _save(fig, path)
+    return (
+        "Left: resident memory of each worker (one per `index_cache_bytes` setting) after "
+        "`gc.collect()`, against the threads it has served; the dashed line is the 400 MB goal. "
+        "Right: the bytes the in-process index cache holds (its own estimate)."
     )

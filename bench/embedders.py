@@ -243,6 +243,16 @@ def _installed_mb(dist: str) -> float:
     return total / 1e6
 
 
+def _query_seconds(emb: Any, queries: Sequence[str]) -> list[float]:
+    """Seconds of ``emb.embed_query`` per query, one at a time."""
+    seconds = []
+    for q in queries:
+        started = time.perf_counter()
+        emb.embed_query(q)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
 def measure_cost(name: str, texts: Sequence[str], queries: Sequence[str]) -> dict[str, float]:
     """Load model ``name`` and time it on ``texts`` (stored turns, batches of 32, after one
     warm-up batch) and ``queries`` (one at a time). Meant for a fresh process (see
@@ -261,10 +271,7 @@ def measure_cost(name: str, texts: Sequence[str], queries: Sequence[str]) -> dic
         for i in range(0, len(texts), BATCH):
             emb.embed_documents(list(texts[i : i + BATCH]))
         per_turn = min(per_turn, (time.perf_counter() - started) / max(len(texts), 1))
-        for q in queries:
-            started = time.perf_counter()
-            emb.embed_query(q)
-            latencies.append(time.perf_counter() - started)
+        latencies += _query_seconds(emb, queries)
     return {
         "load_s": load_s,
         "ms_per_turn": per_turn * 1e3,
@@ -323,11 +330,7 @@ def measure_arena(
         batch_s.append(time.perf_counter() - started)
         digest.update(np.asarray(vectors, dtype=np.float32).tobytes())
     rss_after = _status_mb("VmRSS")
-    query_s = []
-    for q in queries:
-        started = time.perf_counter()
-        emb.embed_query(q)
-        query_s.append(time.perf_counter() - started)
+    query_s = _query_seconds(emb, queries)
     return {
         "rss_loaded_mb": rss_loaded,
         "rss_after_mb": rss_after,

@@ -10,7 +10,8 @@
 * **Timing** (:func:`time_calls`, :class:`Timing`): wall clock per call with the
   cyclic garbage collector paused, and the median of the repetitions.
 * **Markdown** (:func:`md_table`, :func:`pct`, :func:`num`, :func:`median_p90`,
-  :func:`verdict`, :func:`format_seconds`, :func:`format_load`, :func:`provenance_lines`).
+  :func:`verdict`, :func:`format_seconds`, :func:`format_load`, :func:`load_span`,
+  :func:`provenance_lines`).
 * **Set-up and views**: offline tiktoken (:func:`seed_tiktoken`), the prefix test of two views
   (:func:`is_prefix`), the newest human message (:func:`newest_human`), :func:`mean`.
 
@@ -55,6 +56,7 @@ __all__ = [
     "git_source",
     "is_prefix",
     "load_average",
+    "load_span",
     "log_progress",
     "machine_info",
     "md_table",
@@ -352,6 +354,12 @@ def format_seconds(seconds: float) -> str:
 def format_load(values: list[float] | None) -> str:
     """Load averages as ``"1.00 / 0.50 / 0.25"`` (``"n/a"`` where the OS gives none)."""
     return " / ".join(f"{v:.2f}" for v in values) if values else "n/a"
+
+
+def load_span(meta: dict[str, Any], between: str = " -> ") -> str:
+    """A run's load averages at its start and at its end (its ``meta``), ``between`` them."""
+    start, end = meta.get("load_average_start"), meta.get("load_average_end")
+    return f"{format_load(start)}{between}{format_load(end)}"
 
 
 def provenance_lines(meta: dict[str, Any]) -> list[str]:

@@ -42,11 +42,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.store.base import Op, PutOp, Result
 from langgraph.store.memory import InMemoryStore
 
-from bench.agent_turns import TOOLS, random_words
+from bench.agent_turns import TOOLS
 from bench.harness import (
     RunClock,
     bench_main,
-    format_load,
+    load_span,
     log_progress,
     md_table,
     pct,
@@ -57,6 +57,7 @@ from langmem_ext import MemoryKey, TokenBudget, validate
 from langmem_ext.retrieval.layout import RETRIEVED_ID, TURNS
 from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.text import message_text
+from langmem_ext.testing import random_words
 
 __all__ = ["FULL", "QUICK", "LongTurnsConfig", "long_turn", "main", "run_long_turns"]
 
@@ -447,8 +448,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "# Long agent turns: tool results brought back later in the same turn",
         "",
         *provenance_lines(meta),
-        f"- Load average: {format_load(meta['load_average_start'])} at the start, "
-        f"{format_load(meta.get('load_average_end'))} at the end",
+        f"- Load average: {load_span(meta, ' at the start, ')} at the end",
         "",
         f"{cfg['turns']} turn(s) of one request and {cfg['rounds']} tool rounds each; "
         f"{cfg['facts']} facts planted in tool results of rounds {cfg['plant_rounds'][0]}-"

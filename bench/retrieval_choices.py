@@ -63,6 +63,23 @@ def _choices(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], di
     return rows
 
 
+#: the headers of :func:`_goal_cells`
+GOAL_HEADERS = ("A' evidence", "A' facts", "A' all facts", "A' tokens", "B evidence", "B tokens")
+
+
+def _goal_cells(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """A' (``a``: evidence, facts, all facts, tokens retrieved) and B (``b``: evidence, tokens
+    retrieved) of one configuration, as table cells."""
+    return [
+        pct(a["evidence_available"]),
+        pct(a["fact_recall"]),
+        pct(a["all_facts_available"]),
+        num(a["retrieved_tokens"]["median"]),
+        pct(b["evidence_available"]),
+        num(b["retrieved_tokens"]["median"]),
+    ]
+
+
 def _defaults_section(results: dict[str, Any], context: int, budget: int) -> list[str]:
     small = results["small_talk"]["configs"]
     rows = []
@@ -71,12 +88,7 @@ def _defaults_section(results: dict[str, Any], context: int, budget: int) -> lis
             [
                 choice,
                 _short(label),
-                pct(a["evidence_available"]),
-                pct(a["fact_recall"]),
-                pct(a["all_facts_available"]),
-                num(a["retrieved_tokens"]["median"]),
-                pct(b["evidence_available"]),
-                num(b["retrieved_tokens"]["median"]),
+                *_goal_cells(a, b),
                 num(small.get(label, {}).get("cri", {}).get("tokens_added", {}).get("median")),
             ]
         )
@@ -93,12 +105,7 @@ def _defaults_section(results: dict[str, Any], context: int, budget: int) -> lis
         [
             "default",
             "configuration",
-            "A' evidence",
-            "A' facts",
-            "A' all facts",
-            "A' tokens",
-            "B evidence",
-            "B tokens",
+            *GOAL_HEADERS,
             "small talk tokens",
         ],
         rows,
@@ -311,12 +318,7 @@ def _min_score_lines(default: Any, st: Any) -> list[str]:
                 f"{num(cri['tokens_added']['median'])} ({cri['with_context']} of {cri['asks']})",
                 f"{num(planted['tokens_added']['median'])} "
                 f"({planted['with_context']} of {planted['asks']})",
-                pct(a["evidence_available"]),
-                pct(a["fact_recall"]),
-                pct(a["all_facts_available"]),
-                num(a["retrieved_tokens"]["median"]),
-                pct(b["evidence_available"]),
-                num(b["retrieved_tokens"]["median"]),
+                *_goal_cells(a, b),
             ]
         )
     lines += md_table(
@@ -324,12 +326,7 @@ def _min_score_lines(default: Any, st: Any) -> list[str]:
             "min_score",
             "small talk after CRI: tokens (with context)",
             "small talk after planted",
-            "A' evidence",
-            "A' facts",
-            "A' all facts",
-            "A' tokens",
-            "B evidence",
-            "B tokens",
+            *GOAL_HEADERS,
         ],
         rows,
     )

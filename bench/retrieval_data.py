@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -317,9 +317,28 @@ def load_cri(
                 overlap=_overlap(text, (text_of[i] for i in present)),
             )
         )
-    sessions = {row["session_id"] for row in rows}
+    return _cri_conversation(
+        (dataset, "", upto, first_person),
+        rows,
+        messages,
+        questions,
+        queries_mapped=sum(1 for q in questions if q.kind == "cri-query"),
+        queries_in_dataset=len(ground_truth["query_relevance_pairs"]),
+    )
+
+
+def _cri_conversation(
+    how: tuple[str, str, int | None, bool],
+    rows: Sequence[dict[str, Any]],
+    messages: Sequence[BaseMessage],
+    questions: Sequence[Question],
+    **info: Any,
+) -> Conversation:
+    """A CRI conversation named after ``how`` (dataset, name suffix, ``upto``, first person),
+    its ``info`` the thread's size followed by ``info`` and ``first_person``."""
+    dataset, suffix, upto, first_person = how
     return Conversation(
-        name=f"cri-{dataset}"
+        name=f"cri-{dataset}{suffix}"
         + ("-1p" if first_person else "")
         + (f"-upto{upto}" if upto is not None else ""),
         source="cri",
@@ -328,10 +347,9 @@ def load_cri(
         info={
             "dataset": dataset,
             "messages": len(messages),
-            "sessions": len(sessions),
+            "sessions": len({row["session_id"] for row in rows}),
             "days": max((row["day"] for row in rows), default=0),
-            "queries_mapped": sum(1 for q in questions if q.kind == "cri-query"),
-            "queries_in_dataset": len(ground_truth["query_relevance_pairs"]),
+            **info,
             "first_person": first_person,
         },
     )
@@ -388,23 +406,14 @@ def load_cri_facts(
                 facts=tuple(facts),
             )
         )
-    return Conversation(
-        name=f"cri-{dataset}-facts"
-        + ("-1p" if first_person else "")
-        + (f"-upto{upto}" if upto is not None else ""),
-        source="cri",
-        messages=tuple(messages),
-        questions=tuple(questions),
-        info={
-            "dataset": dataset,
-            "messages": len(messages),
-            "sessions": len({row["session_id"] for row in rows}),
-            "days": max((row["day"] for row in rows), default=0),
-            "facts": sum(len(q.facts) for q in questions),
-            "facts_in_dataset": sum(
-                len(p["expected_relevant_facts"]) for p in ground_truth["query_relevance_pairs"]
-            ),
-            "facts_without_evidence": dropped,
-            "first_person": first_person,
-        },
+    return _cri_conversation(
+        (dataset, "-facts", upto, first_person),
+        rows,
+        messages,
+        questions,
+        facts=sum(len(q.facts) for q in questions),
+        facts_in_dataset=sum(
+            len(p["expected_relevant_facts"]) for p in ground_truth["query_relevance_pairs"]
+        ),
+        facts_without_evidence=dropped,
     )

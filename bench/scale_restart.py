@@ -81,6 +81,60 @@ def _embed_counts(probe: _Probe, query: str) -> dict[str, int]:
     }
 
 
+def _fresh_calls(
+    reader: Any,
+    thread: list[BaseMessage],
+    queries: Sequence[str],
+    state: Any,
+    probe: _Probe,
+    *,
+    retrieved: bool,
+) -> list[dict[str, Any]]:
+    """One timed ``apply`` of a fresh ``reader`` per query (the thread, then the query), with
+    what it indexed, what it embedded and (``retrieved``) how many turns it brought back."""
+    calls: list[dict[str, Any]] = []
+    for query in queries:
+        messages = [*thread, _ask(query)]
+        probe.reset()
+        started = time.perf_counter()
+        result = reader.apply(messages, state)
+        seconds = time.perf_counter() - started
+        call = {"seconds": seconds, "indexed": result.report.indexed}
+        if retrieved:
+            call["retrieved"] = len(result.report.retrieved)
+        calls.append({**call, **_embed_counts(probe, query)})
+    return calls
+
+
+def _fresh_split(
+    store: Any,
+    reader: Any,
+    thread: list[BaseMessage],
+    query: str,
+    state: Any,
+    probe: _Probe,
+    budget: int,
+) -> dict[str, Any]:
+    """Where a fresh Retrieval's first call on ``store`` spends its time: another fresh one,
+    instrumented, once ``reader``'s background fit is done (then ``store`` is no longer
+    probed), and the inner ``TokenBudget`` alone with a cold counter (``inner_cold_s``)."""
+    from langmem_ext import TiktokenCounter, TokenBudget
+
+    _settle(reader)
+    messages = [*thread, _ask(query)]
+    instrumented = _retrieval(store, budget, TiktokenCounter())
+    probe.reset()
+    with _timing(probe, [*_load_targets(), *_search_targets()]):
+        started = time.perf_counter()
+        instrumented.apply(messages, state)
+        split = _first_call_split(probe, time.perf_counter() - started)
+    store.probe = None
+    started = time.perf_counter()
+    TokenBudget(budget, counter=TiktokenCounter()).apply(messages, state)
+    split["inner_cold_s"] = time.perf_counter() - started
+    return split
+
+
 def _restart_memory(
     thread: list[BaseMessage],
     queries: Sequence[str],
@@ -89,7 +143,7 @@ def _restart_memory(
     documents: CachedEmbeddings,
 ) -> dict[str, Any]:
     """(a) A new Retrieval (cold token counts) on the InMemoryStore another one filled."""
-    from langmem_ext import TiktokenCounter, TokenBudget
+    from langmem_ext import TiktokenCounter
 
     probe = _Probe()
     store = _TimedMemoryStore(index=_index_config(_ProbedEmbeddings(documents, probe)))  # type: ignore[arg-type]
@@ -100,32 +154,10 @@ def _restart_memory(
     state = writer.apply([*thread, _ask(_longest(queries))], state).state
     _settle(writer)  # its background fit done: the reader has the machine to itself
     del writer
-    calls: list[dict[str, Any]] = []
     reader = _retrieval(store, config.budget, TiktokenCounter())
     store.probe = probe  # a few batches a call: the timing costs nothing measurable
-    for query in queries:
-        messages = [*thread, _ask(query)]
-        probe.reset()
-        started = time.perf_counter()
-        result = reader.apply(messages, state)
-        seconds = time.perf_counter() - started
-        calls.append(
-            {"seconds": seconds, "indexed": result.report.indexed, **_embed_counts(probe, query)}
-        )
-    # the split, from another fresh Retrieval on the same store, instrumented (the first
-    # one's background fit done)
-    _settle(reader)
-    messages = [*thread, _ask(queries[0])]
-    instrumented = _retrieval(store, config.budget, TiktokenCounter())
-    probe.reset()
-    with _timing(probe, [*_load_targets(), *_search_targets()]):
-        started = time.perf_counter()
-        instrumented.apply(messages, state)
-        split = _first_call_split(probe, time.perf_counter() - started)
-    store.probe = None
-    started = time.perf_counter()
-    TokenBudget(config.budget, counter=TiktokenCounter()).apply(messages, state)
-    split["inner_cold_s"] = time.perf_counter() - started
+    calls = _fresh_calls(reader, thread, queries, state, probe, retrieved=False)
+    split = _fresh_split(store, reader, thread, queries[0], state, probe, config.budget)
     return {
         "store": "InMemoryStore",
         "indexed_turns": state.indexed_turns,
@@ -245,7 +277,7 @@ def restart_worker(spec_path: str) -> int:
     Retrieval and what it embeds; print the results as one JSON line."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     seed_tiktoken()
-    from langmem_ext import MemoryState, TiktokenCounter, TokenBudget
+    from langmem_ext import MemoryState, TiktokenCounter
     from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
     out: dict[str, Any] = {}
@@ -269,39 +301,12 @@ def restart_worker(spec_path: str) -> int:
         out["store_open_s"] = time.perf_counter() - started
         store.probe = probe  # a few batches a call: the timing costs nothing measurable
         reader = _retrieval(store, spec["budget"], counter)
-        calls: list[dict[str, Any]] = []
-        for query in spec["queries"]:
-            messages = [*thread, _ask(query)]
-            probe.reset()
-            started = time.perf_counter()
-            result = reader.apply(messages, state)
-            seconds = time.perf_counter() - started
-            calls.append(
-                {
-                    "seconds": seconds,
-                    "indexed": result.report.indexed,
-                    "retrieved": len(result.report.retrieved),
-                    **_embed_counts(probe, query),
-                }
-            )
+        calls = _fresh_calls(reader, thread, spec["queries"], state, probe, retrieved=True)
         out["calls"] = calls
         out["first_apply_s"] = calls[0]["seconds"]
         out["later_apply_s"] = _spread([c["seconds"] for c in calls[1:]])
-        # the split, from another fresh Retrieval on the same store, instrumented (the first
-        # one's background fit done)
-        _settle(reader)
-        messages = [*thread, _ask(spec["queries"][0])]
-        instrumented = _retrieval(store, spec["budget"], TiktokenCounter())
-        probe.reset()
-        with _timing(probe, [*_load_targets(), *_search_targets()]):
-            started = time.perf_counter()
-            instrumented.apply(messages, state)
-            split = _first_call_split(probe, time.perf_counter() - started)
-        store.probe = None
-    started = time.perf_counter()
-    TokenBudget(spec["budget"], counter=TiktokenCounter()).apply(messages, state)
-    split["inner_cold_s"] = time.perf_counter() - started
-    out["split"] = split
+        first = spec["queries"][0]
+        out["split"] = _fresh_split(store, reader, thread, first, state, probe, spec["budget"])
     out["max_rss_mb"] = _max_rss_mb()
     print(json.dumps(out), flush=True)
     return 0

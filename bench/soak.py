@@ -22,7 +22,8 @@ from the final checkpoints and the summarizer's reports: turns lost or duplicate
 folded but never shown to the summarizer (lost), messages shown to it more than once
 (double-folded: wasted summarizer work, or two workers folding the same thread), views or
 summarizer inputs that show another thread's markers or summary (leaked), errors, summarizer
-calls per fold. These must all be 0. The fold a thread's last turn starts in the background is
+calls per fold. These must all be 0. **Goal**: p99 added latency per call <= 50 ms (summarizer
+excluded, background compaction on). The fold a thread's last turn starts in the background is
 adopted by no one (the conversation ends): those calls are counted apart, not as calls per fold.
 """
 
@@ -37,31 +38,22 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 import numpy as np
 
-from bench.harness import (
-    ROOT,
-    RunClock,
-    bench_main,
-    format_load,
-    log_progress,
-    md_table,
-    package_version,
-    provenance_lines,
-    results_writer,
-    verdict,
-)
-from bench.pgserver import MACHINE_PG
+from bench import harness
+from bench.pgserver import fresh_schema, postgres_packages, setup_langgraph
 from bench.soak_worker import MARKER, thread_of
 
-__all__ = ["FULL", "QUICK", "SoakConfig", "main", "run_soak", "write_results"]
+__all__ = ["ADDED_P99_GOAL_MS", "FULL", "QUICK", "SoakConfig", "main", "run_soak", "write_results"]
+
+#: the goal: the time memory adds to a model call (summarizer excluded, background compaction
+#: on), p99, in milliseconds
+ADDED_P99_GOAL_MS = 50.0
 
 
 @dataclass(frozen=True)
@@ -89,31 +81,6 @@ class SoakConfig:
 #: 80,000 turns at about 80 turns/s here (2 cores): about 17 minutes
 FULL = SoakConfig(mode="full", time_limit_s=1_800.0)
 QUICK = replace(FULL, mode="quick", workers=2, threads_per_worker=20, turns=10, pool=3)
-
-
-@contextmanager
-def fresh_schema(base: str = MACHINE_PG) -> Iterator[str]:
-    """A conninfo whose ``search_path`` is a new schema of ``base``, dropped at the end."""
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    schema = f"langmem_soak_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-        try:
-            yield make_conninfo(base, options=f"-csearch_path={schema}")
-        finally:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-def _setup(dsn: str) -> None:
-    from langgraph.checkpoint.postgres import PostgresSaver
-    from langgraph.store.postgres import PostgresStore
-
-    with PostgresSaver.from_conn_string(dsn) as saver:
-        saver.setup()
-    with PostgresStore.from_conn_string(dsn) as store:
-        store.setup()
 
 
 @dataclass
@@ -161,7 +128,7 @@ class _Fleet:
             cmd += ["--fold-wait", str(c.fold_wait)]
         proc = subprocess.Popen(
             cmd,
-            cwd=ROOT,
+            cwd=harness.ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
@@ -452,19 +419,21 @@ def _rss(history: Sequence[_Proc], t0: float) -> list[dict[str, Any]]:
 # long: set-up, the drive, the checks and the results, in order
 def run_soak(
     config: SoakConfig,
-    log: Callable[[str], None] = log_progress,
+    log: Callable[[str], None] = harness.log_progress,
     command: str = "",
     dsn: str | None = None,
 ) -> dict[str, Any]:
     """Run the soak on ``dsn`` (default: a fresh schema on the machine's server)."""
     if dsn is None:
-        with fresh_schema() as fresh:
+        with fresh_schema(prefix="langmem_soak") as fresh:
             return run_soak(config, log, command, fresh)
-    clock = RunClock()
-    _setup(dsn)
+    clock = harness.RunClock()
+    setup_langgraph(dsn)
     tally = _Tally()
-    (ROOT / ".cache").mkdir(exist_ok=True)
-    with open(ROOT / ".cache" / f"soak_workers_{config.mode}.log", "w", encoding="utf-8") as stderr:
+    (harness.ROOT / ".cache").mkdir(exist_ok=True)
+    with open(
+        harness.ROOT / ".cache" / f"soak_workers_{config.mode}.log", "w", encoding="utf-8"
+    ) as stderr:
         fleet = _Fleet(dsn, config, stderr)
         t0 = time.time()
         for wid in range(config.workers):
@@ -480,9 +449,8 @@ def run_soak(
         "meta": clock.meta(
             config,
             command or "python -m bench.soak",
-            psycopg=package_version("psycopg"),
-            langgraph_checkpoint_postgres=package_version("langgraph-checkpoint-postgres"),
-            langchain=package_version("langchain"),
+            **postgres_packages(),
+            langchain=harness.package_version("langchain"),
         ),
         "run": driven,
         "throughput": {
@@ -553,15 +521,41 @@ def _f(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
+def _goal_lines(latency_ms: dict[str, Any]) -> list[str]:
+    """The report's ``Goals`` section: the added latency's p99 against :data:`ADDED_P99_GOAL_MS`
+    (no verdict where the run measured none)."""
+    p99 = latency_ms.get("added_p99")
+    return [
+        "",
+        "## Goals",
+        "",
+        *harness.md_table(
+            ["goal", "value", "verdict"],
+            [
+                [
+                    f"p99 added latency per call ≤ {ADDED_P99_GOAL_MS:.0f} ms "
+                    "(summarizer excluded, background compaction on)",
+                    "n/a" if p99 is None else f"{p99:.2f} ms",
+                    "n/a" if p99 is None else harness.verdict(p99 <= ADDED_P99_GOAL_MS),
+                ]
+            ],
+            "l--",
+        ),
+    ]
+
+
 # long: the report, section by section
 def render_markdown(results: dict[str, Any]) -> str:
     meta, c = results["meta"], results["meta"]["config"]
-    lines = ["# Soak: agents on PostgreSQL across worker processes", "", *provenance_lines(meta)]
+    lines = [
+        "# Soak: agents on PostgreSQL across worker processes",
+        "",
+        *harness.provenance_lines(meta),
+    ]
     lines.append(
         f"- {c['workers']} workers x {c['threads_per_worker']} threads x {c['turns']} turns, "
         f"{c['pool']} turns at once per worker, summarizer latency {c['delay']} s (sleep); "
-        f"load {format_load(meta['load_average_start'])} -> "
-        f"{format_load(meta.get('load_average_end'))}"
+        f"load {harness.load_span(meta)}"
     )
     k = results["run"]["kill"]
     if k.get("worker") is not None:
@@ -585,9 +579,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     ]
     refolded = ch.get("refolded_after_kill", 0)
     lines += ["", "## Invariants", ""]
-    lines += md_table(
+    lines += harness.md_table(
         ["check", "count", "verdict"],
-        [[n, str(v), verdict(v == 0)] for n, v in zero]
+        [[n, str(v), harness.verdict(v == 0)] for n, v in zero]
         + [
             [
                 "folded again after the kill (the killed worker's fold died with it)",
@@ -597,9 +591,10 @@ def render_markdown(results: dict[str, Any]) -> str:
         ],
         "l--",
     )
+    lines += _goal_lines(results["latency_ms"])
     t, lat = results["throughput"], results["latency_ms"]
     lines += ["", "## Throughput and latency", ""]
-    lines += md_table(
+    lines += harness.md_table(
         ["measure", "value"],
         [
             ["turns/s", _f(t["turns_per_s"])],
@@ -632,7 +627,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         ],
     )
     lines += ["", "## RSS per worker (MB at 0/25/50/75/100% of its life; t in s)", ""]
-    lines += md_table(
+    lines += harness.md_table(
         ["worker", "killed", "start (s)", "samples (t: MB)", "max MB"],
         [
             [
@@ -652,11 +647,11 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 #: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json``
-write_results = results_writer(render_markdown)
+write_results = harness.results_writer(render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return bench_main(
+    return harness.bench_main(
         argv,
         module="bench.soak",
         description="Soak: agents with MemoryMiddleware on PostgreSQL, worker processes, a kill.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness import format_load, format_seconds, md_table, provenance_lines, verdict
+from bench.harness import format_seconds, load_span, md_table, provenance_lines, verdict
 
 
 def _name(t: dict[str, Any]) -> str:
@@ -41,9 +41,7 @@ def _verdict_lines(results: dict[str, Any], cfg: Any, conv: Any, meta: Any) -> l
             if meta["source"]["langmem_ext_modified"]
             else ""
         ),
-        "- Load average (1/5/15 min) at start "
-        f"{format_load(meta.get('load_average_start'))}, at end "
-        f"{format_load(meta.get('load_average_end'))}",
+        f"- Load average (1/5/15 min) at start {load_span(meta, ', at end ')}",
         f"- Loop: `agent_loop({conv['loop_n']:,}, seed={conv['seed']})`: "
         f"{conv['model_calls']:,} model calls; at the last one the history holds "
         f"{conv['messages']:,} conversation messages of **{conv['tokens']:,} tokens** (the "

@@ -52,17 +52,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    ROOT,
-    RunClock,
-    bench_main,
-    format_load,
-    log_progress,
-    md_table,
-    provenance_lines,
-    results_writer,
-    verdict,
-)
+from bench import harness
+from bench.pgserver import fresh_schema, setup_langgraph
 
 __all__ = ["FULL", "QUICK", "WorkerRssConfig", "main", "render_markdown", "run_worker_rss"]
 
@@ -150,7 +141,7 @@ def _pool(config: WorkerRssConfig, folder: Path) -> tuple[Path, dict[str, Any]]:
         return path, {**info, "embedded_s": 0.0, "cached": True}
     from langmem_ext.retrieval.embeddings import LocalMiniLMEmbeddings
 
-    clock = RunClock()
+    clock = harness.RunClock()
     model = LocalMiniLMEmbeddings()
     vectors = np.asarray(model.embed_documents(texts), dtype=np.float32)
     np.save(path.with_suffix(".npy"), vectors)
@@ -173,15 +164,9 @@ def _schema(dsn: str | None) -> Iterator[str]:
     """A fresh schema of the machine's PostgreSQL, set up for PostgresStore and dropped at the
     end (``dsn`` given, a test's schema: that one). The workers share it: each one's threads
     are keyed by its setting."""
-    from langgraph.store.postgres import PostgresStore
-
-    from bench.pgserver import MACHINE_PG
-    from bench.soak import fresh_schema
-
     with contextlib.ExitStack() as stack:
-        one = dsn or stack.enter_context(fresh_schema(MACHINE_PG))
-        with PostgresStore.from_conn_string(one) as store:
-            store.setup()
+        one = dsn or stack.enter_context(fresh_schema())
+        setup_langgraph(one, saver=False)
         yield one
 
 
@@ -208,7 +193,7 @@ def _read(proc: subprocess.Popen[str], label: str, into: list[dict[str, Any]]) -
             continue
         into.append(item)
         if item.get("kind") == "checkpoint":
-            log_progress(
+            harness.log_progress(
                 f"[worker_rss] {label}: {item['threads']:,} threads, "
                 f"RSS {item['VmRSS']:.0f} MB, cache {item['cache']['entries']} entries "
                 f"{item['cache']['bytes'] / MIB:.1f} MiB, apply p50 {item['apply_p50_ms']:.1f} ms"
@@ -220,10 +205,10 @@ def run_worker_rss(
 ) -> dict[str, Any]:
     """Every setting's worker, all at once; the results, JSON-ready. ``dsn``: a schema to use
     (default: a fresh one of the machine's PostgreSQL, dropped at the end)."""
-    clock = RunClock()
+    clock = harness.RunClock()
     pool, pool_info = _pool(config, _cache_dir())
     how = "cached" if pool_info["cached"] else f"embedded in {pool_info['embedded_s']:.0f} s"
-    log_progress(
+    harness.log_progress(
         f"[worker_rss] {config.mode}: pool of {pool_info['messages']} CRI messages ({how})"
     )
     settings: list[dict[str, Any]] = []
@@ -232,7 +217,7 @@ def run_worker_rss(
         for cache_bytes in config.cache_bytes:
             proc = subprocess.Popen(
                 _worker_cmd(config, one, cache_bytes, pool),
-                cwd=ROOT,
+                cwd=harness.ROOT,
                 stdout=subprocess.PIPE,
                 text=True,
             )
@@ -302,9 +287,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Worker RSS against threads served",
         "",
-        *provenance_lines(meta),
-        f"- Load average: {format_load(meta['load_average_start'])} at the start, "
-        f"{format_load(meta.get('load_average_end'))} at the end",
+        *harness.provenance_lines(meta),
+        f"- Load average: {harness.load_span(meta, ' at the start, ')} at the end",
         "",
         f"One worker process per `RetrievalConfig.index_cache_bytes` setting, run side by side: "
         f"`Retrieval(TokenBudget({cfg['budget']:,}), store=PostgresStore, "
@@ -330,23 +314,23 @@ def render_markdown(results: dict[str, Any]) -> str:
         ratio = "n/a" if s["rss_ratio"] is None else f"{s['rss_ratio']:.3f}"
         peak = "n/a" if s["peak_mb"] is None else f"{s['peak_mb']:.0f} MB"
         rows.append([f"RSS({last:,}) / RSS({first:,}) ≤ {FLAT_RATIO:.2f}, cache {s['label']}",
-                     ratio, verdict(s["flat_met"])])  # fmt: skip
+                     ratio, harness.verdict(s["flat_met"])])  # fmt: skip
         rows.append([f"max RSS < {MAX_RSS_MB:.0f} MB, cache {s['label']}", peak,
-                     verdict(s["peak_met"])])  # fmt: skip
+                     harness.verdict(s["peak_met"])])  # fmt: skip
         rv = s["revisit"]
         seen = "n/a" if not rv else f"{rv['equal']} / {rv['threads']}"
         rows.append([f"revisited views equal a fresh Retrieval's, cache {s['label']}", seen,
-                     verdict(s["revisit_met"])])  # fmt: skip
-    lines += md_table(["goal", "value", "verdict"], rows)
+                     harness.verdict(s["revisit_met"])])  # fmt: skip
+    lines += harness.md_table(["goal", "value", "verdict"], rows)
     incomplete = [s["label"] for s in settings if not s["complete"]]
     if incomplete:
         lines += ["", f"Not complete (time limit or error): {', '.join(incomplete)}."]
     lines += ["", "## RSS (MB) by threads served", ""]
-    lines += md_table(["threads", *labels], _by_checkpoint(settings, cfg, _rss_cell))
+    lines += harness.md_table(["threads", *labels], _by_checkpoint(settings, cfg, _rss_cell))
     lines += ["", "## Index cache: entries / MiB held, hits / misses", ""]
-    lines += md_table(["threads", *labels], _by_checkpoint(settings, cfg, _cache_cell))
+    lines += harness.md_table(["threads", *labels], _by_checkpoint(settings, cfg, _cache_cell))
     lines += ["", "## apply p50 (ms) since the previous checkpoint, and turns indexed a thread", ""]
-    lines += md_table(["threads", *labels], _by_checkpoint(settings, cfg, _p50_cell))
+    lines += harness.md_table(["threads", *labels], _by_checkpoint(settings, cfg, _p50_cell))
     lines += ["", "## Revisits", ""]
     lines += [
         f'The first {cfg["revisit"]} threads asked once more at the end ("Do you remember '
@@ -364,13 +348,15 @@ def render_markdown(results: dict[str, Any]) -> str:
             str(rv.get("with_retrieved_context", "n/a")),
             f"{rv.get('hits', 'n/a')} / {rv.get('misses', 'n/a')}",
         ])  # fmt: skip
-    lines += md_table(["cache", "equal views", "with retrieved context", "hits / misses"], rows)
+    lines += harness.md_table(
+        ["cache", "equal views", "with retrieved context", "hits / misses"], rows
+    )
     lines += ["", "## Per-thread structures outside the index cache (at the last checkpoint)", ""]
     rows = []
     for s in settings:
         sizes = s["checkpoints"][-1]["sizes"] if s["checkpoints"] else {}
         rows.append([s["label"], *(str(sizes.get(k, "n/a")) for k in _SIZES)])
-    lines += md_table(["cache", *_SIZES], rows)
+    lines += harness.md_table(["cache", *_SIZES], rows)
     lines += ["", "---", "", f"Machine-readable results: `{meta['json_name']}`.", ""]
     return "\n".join(lines)
 
@@ -418,11 +404,11 @@ def _p50_cell(point: dict[str, Any]) -> str:
     return p50 if indexed is None else f"{p50} ({indexed:.1f})"
 
 
-write_results = results_writer(render_markdown)
+write_results = harness.results_writer(render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return bench_main(
+    return harness.bench_main(
         argv,
         module="bench.worker_rss",
         description="Worker RSS against threads served, per index cache bound.",

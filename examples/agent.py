@@ -9,7 +9,12 @@ Human]``), each compaction (a fold into the summary) and the summary text whenev
 With ``OPENAI_API_KEY`` or ``ANTHROPIC_API_KEY`` set it uses a real model; otherwise a scripted
 offline model that calls the tool now and then, so the demo needs no key and no network.
 
-    python examples/agent.py [--turns 60] [--db path.sqlite] [--max-tokens 1500]
+    python examples/agent.py [--turns 60] [--sqlite PATH] [--mode rewrite] [--max-tokens 1500]
+
+The thread (id ``demo``) is written to the SQLite file ``--sqlite`` names, by default
+``agent.sqlite`` in a new temporary directory; the demo prints the path, and at the end the
+``langmem-ext compare --sqlite PATH --thread demo`` command that replays the thread through other
+strategies (docs/experimenting.md).
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ from langmem_ext import ApproximateCounter, MemoryState, SummaryBuffer
 from langmem_ext.integrations.agents import (
     MemoryMiddleware,  # also `from langmem_ext import MemoryMiddleware`
 )
+
+#: the thread the demo writes (``langmem-ext compare --sqlite PATH --thread demo`` reads it)
+THREAD = "demo"
 
 QUESTIONS = [
     "Where is order {n}? It was supposed to arrive last week.",
@@ -163,31 +171,68 @@ def shape(view: list[BaseMessage]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
+def compare_command() -> str:
+    """How to run ``langmem-ext compare`` with this interpreter's installation: the script next to
+    the interpreter (``.venv/bin/langmem-ext`` from the repository root), else ``python -m``."""
+    script = Path(sys.executable).with_name("langmem-ext")
+    if script.is_file():
+        relative = os.path.relpath(script)
+        return relative if not relative.startswith("..") else str(script)
+    return f"{sys.executable} -m langmem_ext"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=60)
-    parser.add_argument("--db", default=None, help="SQLite file (default: a temporary one)")
-    parser.add_argument("--max-tokens", type=int, default=1_500)
+    parser.add_argument("--turns", type=int, default=60, help="turns to run (default %(default)s)")
+    parser.add_argument(
+        "--sqlite",
+        metavar="PATH",
+        default=None,
+        help=(
+            f"the SQLite file the thread {THREAD!r} is checkpointed to (default: agent.sqlite in "
+            "a new temporary directory; the path is printed); "
+            f"`langmem-ext compare --sqlite PATH --thread {THREAD}` replays it"
+        ),
+    )
+    parser.add_argument("--db", dest="sqlite", help=argparse.SUPPRESS)  # the old name
+    parser.add_argument(
+        "--mode",
+        choices=("rewrite", "view"),
+        default="rewrite",
+        help=(
+            "MemoryMiddleware mode: 'rewrite' removes folded messages from the thread (bounded "
+            "checkpoints), 'view' keeps the whole thread (default %(default)s)"
+        ),
+    )
+    parser.add_argument("--max-tokens", type=int, default=1_500, help="SummaryBuffer max_tokens")
     args = parser.parse_args(argv)
 
     from langchain.agents import create_agent
 
     model, summarizer, model_name = make_models()
-    db = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "agent.sqlite"
+    db = Path(args.sqlite) if args.sqlite else Path(tempfile.mkdtemp()) / "agent.sqlite"
     conn = sqlite3.connect(str(db), check_same_thread=False)
     strategy = SummaryBuffer(args.max_tokens, summarizer=summarizer, max_summary_tokens=300)
     agent = create_agent(
         model,
         [track_order],
         system_prompt="You are a support agent for an online shop. Use track_order for status.",
-        middleware=[MemoryMiddleware(strategy, mode="rewrite")],
+        middleware=[MemoryMiddleware(strategy, mode=args.mode)],
         checkpointer=SqliteSaver(conn),
     )
     counter = ApproximateCounter()
     recorder = ViewRecorder()
-    config: Any = {"configurable": {"thread_id": "demo"}, "callbacks": [recorder]}
-    print(f"agent on {model_name}; memory {strategy!r}; checkpoints in {db}")
-    print(f"{'turn':>4} {'state msgs':>10} {'memory B':>8} {'view msgs':>9} {'view tok':>8}  event")
+    config: Any = {"configurable": {"thread_id": THREAD}, "callbacks": [recorder]}
+    print(f"agent on {model_name}; memory {strategy!r}, mode={args.mode!r}")
+    print(f"checkpoints of thread {THREAD!r} in {db}")
+    print(
+        "columns: messages in the graph state; the memory state's size (the `memory` channel as "
+        "JSON, bytes); the model's view (messages, tokens)"
+    )
+    print(
+        f"{'turn':>4} {'state msgs':>10} {'memory bytes':>12} {'view msgs':>9} "
+        f"{'view tokens':>11}  event"
+    )
     folds, summary = 0, ""
     for turn, template in zip(range(1, args.turns + 1), itertools.cycle(QUESTIONS), strict=False):
         agent.invoke({"messages": [HumanMessage(template.format(n=1000 + turn))]}, config)
@@ -201,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         if memory.health != "healthy":
             event = f"summarizer {memory.health}: {memory.last_error}"
         print(
-            f"{turn:>4} {len(out['messages']):>10} {len(memory.to_json()):>8} "
-            f"{len(view):>9} {counter.count_messages(view):>8}  {event}".rstrip()
+            f"{turn:>4} {len(out['messages']):>10} {len(memory.to_json()):>12} "
+            f"{len(view):>9} {counter.count_messages(view):>11}  {event}".rstrip()
         )
         print(f"{'':>6}view: {shape(view)}")
         text = "\n\n".join(memory.sections.values())
@@ -212,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     conn.close()  # closing checkpoints the write-ahead log into the file
     size = db.stat().st_size
     print(f"done: {folds} compactions; SQLite file {size:,} bytes; state survives in {db}")
+    print(
+        f"replay the thread through other strategies: {compare_command()} compare --sqlite {db} "
+        f"--thread {THREAD} --strategy full --strategy summary_buffer:{args.max_tokens}"
+    )
     return 0
 
 

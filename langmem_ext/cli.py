@@ -3,8 +3,11 @@
 ``demo`` replays a long synthetic agent conversation (seeded, offline, no API key) through the
 strategies and prints, for every model call, what the model would see and the token figures.
 ``replay`` and ``compare`` do the same for a saved conversation of yours (a transcript file or a
-LangGraph checkpointer thread): per call, or strategies side by side with cost, a CSV, JSON and
-plots (see :mod:`langmem_ext.replay`).
+LangGraph checkpointer thread, ``--sqlite PATH --thread ID`` or ``--postgres DSN --thread ID``):
+per call, or strategies side by side with cost, a CSV, JSON and plots (see
+:mod:`langmem_ext.replay`). ``make demo`` (examples/agent.py, a ``create_agent`` with memory)
+writes its thread ``demo`` to the SQLite file it prints (its own flag is ``--sqlite PATH`` too),
+so ``langmem-ext compare --sqlite PATH --thread demo --strategy ...`` replays it.
 
 Every flag is checked before anything runs: a value out of range is reported by argparse as
 ``argument --flag: ...`` with the range, and anything the library refuses later (a counter it

@@ -4,7 +4,8 @@
 one as an agent would see it, yielding the history at every model call. Both are deterministic for
 a seed. The shape follows a tool-using assistant: a human turn, then an assistant reply that in
 about 30% of turns calls 1-3 tools (parallel calls answered by ToolMessages) before answering.
-Message bodies are 20-400 words of plain English with some numbers, names and the odd emoji.
+Message bodies are 20-400 words of plain English with some numbers, names and the odd emoji:
+``random_words(rng, low, high)`` is their generator, one sentence per call.
 
 Test doubles and a conformance kit for strategies (the package's own or your ``Strategy``
 subclasses):
@@ -52,6 +53,7 @@ __all__ = [
     "RecordingSummarizer",
     "agent_loop",
     "check_strategy",
+    "random_words",
     "smallest_budget",
     "synthetic_history",
 ]
@@ -75,7 +77,21 @@ _EMOJI = ("🙂", "🚀", "✅", "📦", "🔥")
 _TOOLS = ("search_orders", "get_weather", "lookup_customer", "run_sql", "fetch_invoice")
 
 
-def _text(rng: random.Random, low: int, high: int) -> str:
+def random_words(rng: random.Random, low: int, high: int) -> str:
+    """A sentence of ``low`` to ``high`` words (inclusive) drawn by ``rng``: plain English with
+    some names and non-ASCII words, one word in 25 replaced by a number, an emoji at the end of
+    15% of them; capitalized, ending in a full stop. Deterministic for the state of ``rng``.
+
+    The message bodies of :func:`synthetic_history` and :func:`agent_loop` are made of it, and
+    the benchmarks' synthetic texts too: its output for a seed is part of their recorded
+    results, so it does not change.
+
+    >>> import random
+    >>> random_words(random.Random(7), 3, 5)
+    'There take read on 🔥.'
+    """
+    if low < 0 or high < low:
+        raise ValueError(f"random_words needs 0 <= low <= high, got low={low}, high={high}")
     words = [rng.choice(_WORDS) for _ in range(rng.randint(low, high))]
     for _ in range(len(words) // 25):
         words[rng.randrange(len(words))] = str(rng.randint(1, 99_999))
@@ -97,7 +113,7 @@ def _turns(
 
     low, high = words
     while True:
-        yield [HumanMessage(_text(rng, low, high), id=mid("h"))]
+        yield [HumanMessage(random_words(rng, low, high), id=mid("h"))]
         while rng.random() < tool_rate:
             calls = []
             for _ in range(rng.randint(1, 3)):
@@ -105,15 +121,15 @@ def _turns(
                 calls.append(
                     {
                         "name": rng.choice(_TOOLS),
-                        "args": {"query": _text(rng, 2, 8), "limit": rng.randint(1, 50)},
+                        "args": {"query": random_words(rng, 2, 8), "limit": rng.randint(1, 50)},
                         "id": f"call-{serial}",
                     }
                 )
-            note = _text(rng, 3, 12) if rng.random() < 0.3 else ""
+            note = random_words(rng, 3, 12) if rng.random() < 0.3 else ""
             ai = AIMessage(note, tool_calls=calls, id=mid("ai"))
             results: list[BaseMessage] = [
                 ToolMessage(
-                    json.dumps({"result": _text(rng, low, high)}, ensure_ascii=False),
+                    json.dumps({"result": random_words(rng, low, high)}, ensure_ascii=False),
                     tool_call_id=c["id"],
                     name=c["name"],
                     id=mid("t"),
@@ -124,7 +140,7 @@ def _turns(
             tool_rate_after = tool_rate * 0.6
             if rng.random() >= tool_rate_after:
                 break
-        yield [AIMessage(_text(rng, low, high), id=mid("ai"))]
+        yield [AIMessage(random_words(rng, low, high), id=mid("ai"))]
 
 
 def synthetic_history(
@@ -151,11 +167,15 @@ def synthetic_history(
     for group in _turns(rng, words=words, tool_rate=tool_rate, ids=ids):
         if len(out) + len(group) > target:
             if len(out) < target:
-                out.append(HumanMessage(_text(rng, *words), id=f"h-tail-{seed}" if ids else None))
+                out.append(
+                    HumanMessage(random_words(rng, *words), id=f"h-tail-{seed}" if ids else None)
+                )
             if len(out) < target:
-                out.append(AIMessage(_text(rng, *words), id=f"ai-tail-{seed}" if ids else None))
+                out.append(
+                    AIMessage(random_words(rng, *words), id=f"ai-tail-{seed}" if ids else None)
+                )
             while len(out) < target:
-                out.append(HumanMessage(_text(rng, *words)))
+                out.append(HumanMessage(random_words(rng, *words)))
             return out
         out.extend(group)
         if len(out) == target:
@@ -342,17 +362,21 @@ def _long_agent_turn(n: int, *, seed: int, words: tuple[int, int]) -> Iterator[l
     rng = random.Random(seed)
     history: list[BaseMessage] = [
         SystemMessage("You are a careful assistant for an order-tracking company.", id="sys"),
-        HumanMessage(_text(rng, *words), id=f"long-h-{seed}"),
+        HumanMessage(random_words(rng, *words), id=f"long-h-{seed}"),
     ]
     yield history
     for r in range(n):
         calls = [
-            {"name": rng.choice(_TOOLS), "args": {"query": _text(rng, 2, 8)}, "id": f"lc-{r}-{j}"}
+            {
+                "name": rng.choice(_TOOLS),
+                "args": {"query": random_words(rng, 2, 8)},
+                "id": f"lc-{r}-{j}",
+            }
             for j in range(rng.randint(1, 2))
         ]
         history.append(AIMessage("", tool_calls=calls, id=f"long-ai-{r}"))
         for c in calls:
-            body = json.dumps({"result": _text(rng, *words)}, ensure_ascii=False)
+            body = json.dumps({"result": random_words(rng, *words)}, ensure_ascii=False)
             history.append(ToolMessage(body, tool_call_id=c["id"], name=c["name"], id=c["id"]))
         yield history
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import random
 from collections.abc import Sequence
 
 import pytest
@@ -26,6 +28,7 @@ from langmem_ext.testing import (
     RecordingSummarizer,
     agent_loop,
     check_strategy,
+    random_words,
 )
 
 STRATEGIES = {
@@ -238,3 +241,27 @@ def test_mock_strategy_records_calls_and_returns_the_configured_view() -> None:
 
     fixed = MockStrategy([HumanMessage("fixed", id="f")])
     assert [m.id for m in fixed.apply(second).messages] == ["f"]
+
+
+def test_random_words_is_a_fixed_generator() -> None:
+    """The benchmarks' recorded results were made with it: the same seed, the same sentences."""
+    rng = random.Random(0)
+    sentences = [random_words(rng, 0, 60) for _ in range(300)]
+    digest = hashlib.sha256("\n".join(sentences).encode()).hexdigest()[:16]
+    assert digest == "3242a3119026253b"
+
+
+def test_random_words_draws_a_sentence_of_low_to_high_words() -> None:
+    rng = random.Random(3)
+    for low, high in ((0, 0), (1, 1), (2, 8), (50, 60)):
+        for _ in range(50):
+            text = random_words(rng, low, high)
+            # an emoji may be appended as one more word
+            assert low <= len(text.split()) <= high + 1 and text.endswith(".")
+            assert text[:1] == text[:1].upper()
+
+
+@pytest.mark.parametrize(("low", "high"), [(-1, 3), (5, 4)])
+def test_random_words_rejects_an_empty_range(low: int, high: int) -> None:
+    with pytest.raises(ValueError, match="0 <= low <= high"):
+        random_words(random.Random(0), low, high)

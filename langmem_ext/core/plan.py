@@ -172,6 +172,7 @@ def cut_result(
         cut_index=chosen.cut,
         digested=digested,
         digests=digests,
+        gap_index=chosen.suffix if chosen.gap else None,
     )
     prefix_kept = not prefix_changed and (
         chosen.held
@@ -305,21 +306,57 @@ def _fresh_cut(walk: Walk, required: Required, config: CutConfig, room: int | No
 
 
 def _gap_selection(
-    walk: Walk, required: Required, config: CutConfig, room: int | None
-) -> list[int]:
-    """The newest human turn's head, then the newest units that fit after it."""
+    walk: Walk, required: Required, config: CutConfig, budget: Budget, held: _HeldGap | None
+) -> tuple[list[int], bool]:
+    """The newest human turn's head, then the newest units that fit after it: from the previous
+    gap view's oldest unit while the view from it fits the room (``held``: hysteresis inside a
+    long turn, with ``target_tokens``), else as many as fit the cut room (the target, or the
+    room without one); and whether the previous one was held."""
     head = required.head
     head_tokens = sum(walk.units[p].tokens for p in head)
     head_size = sum(walk.units[p].size for p in head)
+
+    def fits(position: int, room: int | None) -> bool:
+        return fits_within(
+            walk.cum_tokens[position] + head_tokens,
+            walk.cum_size[position] + head_size,
+            room,
+            config.max_messages,
+        )
+
+    if held is not None:
+        position = 0
+        while position < head.start and fits(position, budget.room):
+            if held.keys(walk.units[position].unit.start) == held.key:
+                if position >= required.tail:
+                    return [*range(position + 1), *head], True
+                break
+            position += 1
     newest = required.tail
-    while newest + 1 < head.start and fits_within(
-        walk.cum_tokens[newest + 1] + head_tokens,
-        walk.cum_size[newest + 1] + head_size,
-        room,
-        config.max_messages,
-    ):
+    while newest + 1 < head.start and fits(newest + 1, budget.cut_room):
         newest += 1
-    return [*range(newest + 1), *head]
+    return [*range(newest + 1), *head], False
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldGap:
+    """The previous gap view's oldest unit after the request (``MemoryState.gap_key``), and the
+    keys to find it by."""
+
+    key: str
+    keys: KeyChain
+
+    @classmethod
+    def of(
+        cls,
+        messages: Sequence[BaseMessage],
+        state: MemoryState | None,
+        budget: Budget,
+        keys: KeyChain | None,
+    ) -> _HeldGap | None:
+        if not budget.target_view or state is None or state.gap_key is None:
+            return None
+        return cls(state.gap_key, keys or KeyChain(messages))
 
 
 def select_view(
@@ -371,7 +408,8 @@ def select_view(
     if clipped:
         selected, held = required.positions, False
     elif required.head:
-        selected, held = _gap_selection(walk, required, config, budget.room), False
+        previous = _HeldGap.of(messages, state, budget, keys)
+        selected, held = _gap_selection(walk, required, config, budget, previous)
     else:
         selected, held = _contiguous(walk, messages, required, config, budget, state, keys)
     return _assemble(

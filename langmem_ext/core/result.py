@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from langmem_ext.core.state import MemoryState
 
-__all__ = ["MemoryReport", "MemoryResult"]
+__all__ = ["REPORT_VERSION", "MemoryReport", "MemoryResult"]
+
+#: the format of :meth:`MemoryReport.to_dict`
+REPORT_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,60 @@ class MemoryReport:
     indexed: int = 0
     #: (Retrieval) knowledge sources that failed or timed out, as "name: error"
     source_errors: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain JSON dict (tuples as lists, plus ``"version"``), what the surfaces write to
+        the graph state's ``memory_report`` channel and send to LangChain callbacks.
+
+        Example:
+            >>> report = MemoryReport(120, 80, 6, 4, 2, budget=100, clipped=("m1",))
+            >>> data = report.to_dict()
+            >>> data["tokens_after"], data["clipped"], MemoryReport.from_dict(data) == report
+            (80, ['m1'], True)
+        """
+        data: dict[str, Any] = {"version": REPORT_VERSION}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            data[field.name] = list(value) if isinstance(value, tuple) else value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryReport:
+        """Read a dict written by :meth:`to_dict`. Fields it lacks take their defaults and keys
+        this version does not know are ignored (a report is a record of what happened, not
+        state anything depends on); a figure of the wrong type raises ``TypeError``."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a MemoryReport dict must be a mapping, got {type(data).__name__}")
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            if field.name not in data:
+                continue
+            value = data[field.name]
+            if isinstance(field.default, tuple):
+                if not isinstance(value, (list, tuple)) or not all(
+                    isinstance(item, str) for item in value
+                ):
+                    raise TypeError(
+                        f"MemoryReport.{field.name} must be a list of str, got {value!r}"
+                    )
+                value = tuple(value)
+            elif not _fits(field.type, value):
+                raise TypeError(f"MemoryReport.{field.name} has the wrong type: {value!r}")
+            values[field.name] = value
+        return cls(**values)
+
+
+def _fits(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` fits a scalar field's annotation (a string, under
+    ``from __future__ import annotations``)."""
+    text = str(annotation)
+    if value is None:
+        return "None" in text
+    if isinstance(value, bool):
+        return text.startswith("bool")
+    if isinstance(value, int):
+        return text.startswith("int")
+    return isinstance(value, str) and text.startswith("str")
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,9 @@ Added later in version 2 (older readers ignore them; indexing is idempotent, so 
   (round key, text) pairs: computed once, then read back, so a digest costs nothing on later
   calls and stays byte-identical across processes and upgrades. Only the digests in the last
   view are kept, so the state stays about the size of one view.
+* ``gap_key``: (trimming strategies with ``target_tokens``) the stable key of the oldest unit a
+  gap view showed after the newest request (a long agent turn whose older rounds do not fit):
+  the next call keeps showing from there while it fits, so hysteresis holds inside a turn too.
 
 Validation: every field is checked when a state is built (``__post_init__``) and when it is read
 (:meth:`MemoryState.from_dict`); a wrong type, a negative counter, a non-finite ``retry_at`` or an
@@ -82,7 +85,15 @@ _COUNTS = (
     "digested",
 )
 #: optional strings (keys and the last error)
-_TEXTS = ("seen_key", "cut_key", "folded_key", "last_error", "prefix_key", "indexed_key")
+_TEXTS = (
+    "seen_key",
+    "cut_key",
+    "folded_key",
+    "last_error",
+    "prefix_key",
+    "indexed_key",
+    "gap_key",
+)
 
 
 #: shows a value nested too deeply for ``repr`` (which would raise ``RecursionError``)
@@ -188,6 +199,7 @@ class MemoryState:
     indexed_turns: int = 0
     digested: int = 0
     digests: tuple[tuple[str, str], ...] = ()
+    gap_key: str | None = None
 
     def __post_init__(self) -> None:
         # every construction (``replace`` included) goes through here, so a state that exists

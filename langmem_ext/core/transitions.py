@@ -77,7 +77,7 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     name: frozenset(fields.split())
     for name, fields in {
         # a cutting plan ran: where the history stands, where the view starts, the digest tier
-        "after_cut": "seen seen_tokens seen_key cut_index cut_key digested digests",
+        "after_cut": "seen seen_tokens seen_key cut_index cut_key digested digests gap_key",
         # the folding plan ran: positions and keys, the summary, the folded part, the tier points
         "after_fold_plan": (
             "seen seen_tokens seen_key cut_index cut_key summary folded folded_key "
@@ -374,16 +374,19 @@ def after_cut(
     cut_index: int | None,
     digested: int = 0,
     digests: tuple[tuple[str, str], ...] = (),
+    gap_index: int | None = None,
 ) -> MemoryState:
     """``state`` after a cutting plan: ``seen`` messages (costing ``seen_tokens``) are known, the
-    view starts at ``cut_index`` (None: no cut), and the digest point and the digests shown are
-    those of :func:`~langmem_ext.core.digest.plan_digest` (nothing, for a plain cut)."""
+    view starts at ``cut_index`` (None: no cut), the digest point and the digests shown are
+    those of :func:`~langmem_ext.core.digest.plan_digest` (nothing, for a plain cut), and a gap
+    view shows the newest units from ``gap_index`` on (None: not a gap view)."""
     return _move(
         state,
         "after_cut",
         **_plan_position(keys, seen, seen_tokens, cut_index),
         digested=digested,
         digests=digests,
+        gap_key=keys(gap_index) if gap_index is not None else None,
     )
 
 

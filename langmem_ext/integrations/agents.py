@@ -43,8 +43,10 @@ from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.transitions import removals_for_rewrite as removals
+from langmem_ext.integrations import tracing
 from langmem_ext.integrations.fold_sharing import StoreSharedFolds, shared_folds_for
 from langmem_ext.integrations.graph import Mode, check_surface_args
+from langmem_ext.integrations.tracing import ReportCallback
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.shared_folds import folds_shared_in
 
@@ -54,9 +56,11 @@ logger = logging.getLogger(__name__)
 
 
 class MemoryMiddlewareState(AgentState[Any]):
-    """The agent state plus the memory channel (a JSON dict)."""
+    """The agent state plus the memory channel and the latest call's report (JSON dicts)."""
 
     memory: NotRequired[Annotated[dict[str, Any] | None, OmitFromInput]]
+    #: the latest model call's MemoryReport as a dict (``MemoryReport.from_dict`` reads it back)
+    memory_report: NotRequired[Annotated[dict[str, Any] | None, OmitFromInput]]
 
 
 class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
@@ -82,6 +86,14 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
     started by one worker process is adopted by the worker that serves the thread's next turn
     through the agent's store (``share_folds=True``, the default) or the store passed as
     ``share_folds``; ``False`` turns it off. See :mod:`langmem_ext.integrations.fold_sharing`.
+
+    What the memory did: after every model call the agent state's ``memory_report`` holds that
+    call's :class:`~langmem_ext.core.result.MemoryReport` as a dict (per thread, checkpointed
+    with the state; ``out["memory_report"]["folded"]``), ``on_report(report, key)`` is called
+    (an exception in it is logged and ignored), and, when the run has callback handlers
+    (LangSmith, ``config={"callbacks": [...]}``), the strategy runs as a child run
+    ``langmem_ext.memory`` of the model step, whose outputs are the report (see
+    :mod:`langmem_ext.integrations.tracing`).
     """
 
     state_schema = MemoryMiddlewareState
@@ -93,9 +105,11 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
         mode: Mode = "view",
         require_explicit_key: bool = False,
         share_folds: bool | BaseStore = True,
+        on_report: ReportCallback | None = None,
     ) -> None:
         super().__init__()
         check_surface_args("MemoryMiddleware", strategy, mode)
+        self.on_report = tracing.check_on_report(on_report)
         self.share_folds = share_folds
         self.strategy = strategy
         self.mode: Mode = mode
@@ -138,6 +152,12 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
         value = state.get("memory") if isinstance(state, dict) else getattr(state, "memory", None)
         return MemoryState.coerce(value) if value is not None else None
 
+    def _report(self, result: MemoryResult, key: MemoryKey | None, config: Any) -> None:
+        """Hand the call's report to ``on_report`` (never raising into the agent)."""
+        if self.on_report is not None:
+            where = tracing.reported_key(self.strategy, key, config)
+            tracing.tell_report(self.on_report, result.report, where, "MemoryMiddleware")
+
     def _request(self, request: ModelRequest[Any], result: MemoryResult) -> ModelRequest[Any]:
         view: list[Any] = result.messages  # AnyMessage members, as they came in
         if view and isinstance(view[0], SystemMessage):
@@ -157,6 +177,7 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
             if removed:
                 update["messages"] = [RemoveMessage(id=i) for i in removed]
         update["memory"] = state.to_dict()
+        update["memory_report"] = result.report.to_dict()
         if isinstance(response, ExtendedModelResponse):  # an inner middleware's command
             if response.command is not None and isinstance(response.command.update, dict):
                 update = {**response.command.update, **update}
@@ -235,13 +256,12 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
         extra = self._tool_tokens(request)
+        config, key = _config(), self._key()
         with folds_shared_in(self._shared(request)):
-            result = self.strategy.apply(
-                history,
-                self._previous(request),
-                extra_tokens=extra,
-                key=self._key(),
+            result = tracing.traced_apply(
+                self.strategy, history, self._previous(request), config, extra_tokens=extra, key=key
             )
+        self._report(result, key, config)
         sent = self._request(request, result)
         response = handler(sent)
         self._calibrate(sent, response, extra)
@@ -254,13 +274,12 @@ class MemoryMiddleware(AgentMiddleware[MemoryMiddlewareState, Any, Any]):
     ) -> ExtendedModelResponse[Any]:
         history = self._history(request)
         extra = self._tool_tokens(request)
+        config, key = _config(), self._key()
         with folds_shared_in(self._shared(request)):
-            result = await self.strategy.aapply(
-                history,
-                self._previous(request),
-                extra_tokens=extra,
-                key=self._key(),
+            result = await tracing.traced_aapply(
+                self.strategy, history, self._previous(request), config, extra_tokens=extra, key=key
             )
+        self._report(result, key, config)
         sent = self._request(request, result)
         response = await handler(sent)
         await self._acalibrate(sent, response, extra)

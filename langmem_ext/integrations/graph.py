@@ -53,6 +53,14 @@ from langmem_ext.errors import (
     GraphSchemaError,  # re-exported here
 )
 from langmem_ext.integrations.fold_sharing import StoreSharedFolds, graph_store, shared_folds_for
+from langmem_ext.integrations.tracing import (
+    ReportCallback,
+    check_on_report,
+    reported_key,
+    tell_report,
+    traced_aapply,
+    traced_apply,
+)
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.strategies.shared_folds import folds_shared_in
 
@@ -92,8 +100,9 @@ def _last_value(_old: Any, new: Any) -> Any:
 
 
 class MemoryMessagesState(TypedDict):
-    """``MessagesState`` plus the memory channel (a JSON dict, so every checkpointer stores it)
-    and the view for the model. Extend it like ``MessagesState``.
+    """``MessagesState`` plus the memory channel (a JSON dict, so every checkpointer stores it),
+    the latest call's report (``memory_report``, a JSON dict too) and the view for the model.
+    Extend it like ``MessagesState``.
 
     ``llm_input_messages`` is an ``EphemeralValue`` channel: the view lives from the memory step
     to the model step and is then cleared, so it is stored only in the checkpoint taken between
@@ -105,6 +114,8 @@ class MemoryMessagesState(TypedDict):
 
     messages: Annotated[list[AnyMessage], add_messages]
     memory: NotRequired[Annotated[dict[str, Any] | None, _last_value]]
+    #: the latest call's MemoryReport as a dict (``MemoryReport.from_dict`` reads it back)
+    memory_report: NotRequired[Annotated[dict[str, Any] | None, _last_value]]
     llm_input_messages: NotRequired[Annotated[list[AnyMessage], EphemeralValue(list)]]
 
 
@@ -153,6 +164,15 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
     not folded again there, through the graph's store (``share_folds=True``, the default), or
     the store passed as ``share_folds``; ``False`` turns it off. See
     :mod:`langmem_ext.integrations.fold_sharing`.
+
+    What the memory did: each call writes its
+    :class:`~langmem_ext.core.result.MemoryReport` as a dict to ``report_key``
+    (``"memory_report"``, a channel of ``MemoryMessagesState``; ``None``: not written; a graph
+    state without that channel drops it silently, nothing else depends on it), calls
+    ``on_report(report, key)`` (an exception in it is logged and ignored), and, when the run
+    has callback handlers (LangSmith, ``config={"callbacks": [...]}``), runs the strategy as a
+    child run ``langmem_ext.memory`` whose outputs are the report (see
+    :mod:`langmem_ext.integrations.tracing`).
     """
 
     def __init__(
@@ -167,8 +187,12 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
         require_explicit_key: bool = False,
         check_schema: bool = True,
         share_folds: bool | BaseStore = True,
+        report_key: str | None = "memory_report",
+        on_report: ReportCallback | None = None,
     ) -> None:
         check_surface_args("MemoryNode", strategy, mode)
+        self.on_report = check_on_report(on_report)
+        self.report_key = report_key
         self.share_folds = share_folds
         self.strategy = strategy
         self.mode: Mode = mode
@@ -263,16 +287,26 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
     def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         self._check_channels(config)
         messages, previous = self._inputs(state)
+        key = self._key(config)
         with folds_shared_in(self._shared(config)):
-            result = self.strategy.apply(messages, previous, key=self._key(config))
+            result = traced_apply(self.strategy, messages, previous, config, key=key)
+        self._report(result, key, config)
         return self._update(messages, result)
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         self._check_channels(config)
         messages, previous = self._inputs(state)
+        key = self._key(config)
         with folds_shared_in(self._shared(config)):
-            result = await self.strategy.aapply(messages, previous, key=self._key(config))
+            result = await traced_aapply(self.strategy, messages, previous, config, key=key)
+        self._report(result, key, config)
         return self._update(messages, result)
+
+    def _report(self, result: MemoryResult, key: MemoryKey | None, config: RunnableConfig) -> None:
+        """Hand the call's report to ``on_report`` (never raising into the graph)."""
+        if self.on_report is not None:
+            where = reported_key(self.strategy, key, config)
+            tell_report(self.on_report, result.report, where, "MemoryNode")
 
     def _shared(self, config: RunnableConfig | None) -> StoreSharedFolds | None:
         """Where this run shares background folds with other workers: the graph's store, or
@@ -287,6 +321,8 @@ class MemoryNode(RunnableLambda[Any, dict[str, Any]]):
             if removed:
                 update[self.messages_key] = [RemoveMessage(id=i) for i in removed]
         update[self.state_key] = state.to_dict()
+        if self.report_key is not None:
+            update[self.report_key] = result.report.to_dict()
         return update
 
 

@@ -91,7 +91,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext.core.keys import MemoryKey
-from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.result import MemoryReport, MemoryResult
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.steps import Flow, arun, run
 from langmem_ext.core.transitions import (
@@ -120,6 +120,7 @@ from langmem_ext.integrations.locks import (
     polled,
     sqlite_file,
 )
+from langmem_ext.integrations.tracing import ReportCallback, check_on_report, tell_report
 from langmem_ext.strategies.engine import Strategy
 
 __all__ = ["STATE_ITEM", "ManagedChatMessageHistory"]
@@ -172,6 +173,9 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         id_factory: gives an id to each added message that has none (default: a UUID4), so the
             state and the pruning can find it again. The caller's message is not changed: a copy
             with the id is appended.
+        on_report: called as ``on_report(report, key)`` with the
+            :class:`~langmem_ext.core.result.MemoryReport` of every read and write (see
+            :attr:`last_report`); an exception in it is logged and ignored.
 
     Example:
         >>> from langchain_core.chat_history import InMemoryChatMessageHistory
@@ -199,6 +203,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         shared_default: bool = False,
         prune_backing: bool = False,
         id_factory: IdFactory | None = None,
+        on_report: ReportCallback | None = None,
     ) -> None:
         _check_parts(history, strategy, store)
         key = _resolved_key(key, config, store, require_explicit_key, shared_default)
@@ -210,6 +215,8 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         self.key = key
         self.prune_backing = prune_backing
         self.id_factory: IdFactory = id_factory or _uuid_id
+        self.on_report = check_on_report(on_report)
+        self._last_report: MemoryReport | None = None
 
     @classmethod
     def from_config(
@@ -223,6 +230,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         shared_default: bool = False,
         prune_backing: bool = False,
         id_factory: IdFactory | None = None,
+        on_report: ReportCallback | None = None,
     ) -> ManagedChatMessageHistory:
         """The history for the key in ``config["configurable"]`` (``tenant_id``, ``user_id``,
         ``session_id`` or ``thread_id``); see :meth:`MemoryKey.from_config
@@ -236,6 +244,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             shared_default=shared_default,
             prune_backing=prune_backing,
             id_factory=id_factory,
+            on_report=on_report,
         )
 
     def __repr__(self) -> str:
@@ -284,6 +293,24 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
     async def aget_state(self) -> MemoryState | None:
         """Async :attr:`state`."""
         return await self._states.aload()
+
+    @property
+    def last_report(self) -> MemoryReport | None:
+        """What the memory did on this object's latest read or write (``None`` before the first).
+
+        After a read (:attr:`messages`, :meth:`aget_messages`) it describes the view just
+        returned (``tokens_after``, ``budget``, ``not_shown`` while a fold waits for the next
+        write); after a write (:meth:`add_messages`) it describes the apply that ran there
+        (``folded`` on the write that folded). It belongs to this object, not to the key:
+        another process (or another object over the same store) has its own.
+        """
+        return self._last_report
+
+    def _reported(self, result: MemoryResult) -> MemoryResult:
+        """Keep ``result``'s report as :attr:`last_report` and tell ``on_report``."""
+        self._last_report = result.report
+        tell_report(self.on_report, result.report, self.key, "ManagedChatMessageHistory")
+        return result
 
     @property
     def summary(self) -> dict[str, str]:
@@ -351,7 +378,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
         messages, state = yield self._under_lock(self._snapshot_flow())
         view = self.strategy.view, self.strategy.aview
         result: MemoryResult = yield Io.of(*view, messages, state, key=self.key)
-        return result.messages
+        return self._reported(result).messages
 
     def _snapshot_flow(self) -> Flow[tuple[list[BaseMessage], MemoryState | None]]:
         messages = yield self._reading_history()
@@ -375,7 +402,7 @@ class ManagedChatMessageHistory(BaseChatMessageHistory):
             if error.state is not None:  # a fold that succeeded is kept
                 yield Shielded(single(self._states.saving(error.state)))
             raise
-        yield Shielded(self._commit_flow(full, result.state))
+        yield Shielded(self._commit_flow(full, self._reported(result).state))
 
     def _commit_flow(self, full: list[BaseMessage], state: MemoryState) -> Flow[None]:
         """Steps (3)-(5) of :meth:`add_messages`: store the state, then prune."""

@@ -8,6 +8,15 @@ one line on stderr and exit status 2. Reading is bounded: a file over ``--max-by
 256 MiB) or one that is not a regular file (a named pipe, a device) is refused before it is
 read, and hostile JSON (nested thousands deep, a 5,000-digit number) is refused naming the file
 and line.
+
+``--facts FILE`` (one fact a line) or ``--facts auto`` (codes, numbers and names said once, found
+in the transcript) adds which facts survived each strategy: facts in the model's input at the
+final call (``k / n``), the mean share of the calls after a fact was said that still had it, and
+the summarizer's cost; ``--json`` carries the per-fact rows and ``--csv FILE`` writes them to
+``FILE``'s sibling ``<stem>-facts.csv``. Facts are not followed unless asked: a detected set is a
+heuristic (tool output full of ids and numbers makes a long list), and the table's columns stay
+the same for scripts that read it. ``replay`` without ``--strategy`` replays
+:data:`DEFAULT_REPLAY`; ``compare`` without one, :data:`DEFAULT_COMPARE`.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from langmem_ext.replay.comparison import Comparison
-from langmem_ext.replay.engine import DEFAULT_MODEL, compare, model_calls
+from langmem_ext.replay.engine import DEFAULT_MODEL, compare, model_calls, resolve_facts
+from langmem_ext.replay.facts import read_facts
 from langmem_ext.replay.prices import load_prices
 from langmem_ext.replay.specs import STRATEGIES, parse_strategy
 from langmem_ext.replay.transcripts.checkpoints import load_postgres_thread, load_sqlite_thread
@@ -27,7 +37,10 @@ from langmem_ext.replay.transcripts.limits import DEFAULT_MAX_BYTES
 from langmem_ext.replay.transcripts.parse import load_transcript
 from langmem_ext.replay.transcripts.reading import Transcript
 
-__all__ = ["DEFAULT_COMPARE", "add_commands", "run_command"]
+__all__ = ["DEFAULT_COMPARE", "DEFAULT_REPLAY", "add_commands", "run_command"]
+
+#: what ``replay`` runs when no --strategy is given (one of :data:`DEFAULT_COMPARE`)
+DEFAULT_REPLAY = "summary_buffer:8000"
 
 #: what ``compare`` runs when no --strategy is given
 DEFAULT_COMPARE = (
@@ -58,6 +71,20 @@ def _positive_int(text: str) -> int:
 
 
 _positive_int.__name__ = "integer >= 1"
+
+
+def _seconds(text: str) -> float:
+    """An argparse ``type=``: a number of seconds >= 0."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text[:40]!r}")
+    return value
+
+
+_seconds.__name__ = "seconds"
 
 
 def _inputs(parser: argparse.ArgumentParser) -> None:
@@ -110,10 +137,31 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
         "(init_chat_model; its tokens are priced at its own prices)",
     )
     parser.add_argument("--prices", type=Path, metavar="FILE", help="a prices JSON to overlay")
+    _figures(parser)
+
+
+def _figures(parser: argparse.ArgumentParser) -> None:
+    """The options of what is measured and written: outputs, progress, facts, cache expiry."""
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write the plots here")
     parser.add_argument("--csv", type=Path, metavar="FILE", help="write every call as CSV")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write everything as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--facts",
+        metavar="FILE|auto",
+        help="follow facts through the views: a file of facts (one a line, matched "
+        "case-insensitively) or 'auto' (numbers of 3+ digits, codes like ZX-4471, capitalised "
+        "names, each said in one message only); adds 'facts kept at end' and 'mean share of "
+        "later calls' to the table (default: no facts followed)",
+    )
+    parser.add_argument(
+        "--cache-ttl",
+        type=_seconds,
+        metavar="SECONDS",
+        help="seconds a prompt-cache entry lives after its last write or read (default: the "
+        "provider's, 300 s for Anthropic and OpenAI); applied when the transcript carries "
+        "timestamps",
+    )
 
 
 def add_commands(sub: Any) -> None:
@@ -125,7 +173,12 @@ def add_commands(sub: Any) -> None:
         "replayed through the strategy: view tokens, summaries, prefix kept, cost.",
     )
     _inputs(one)
-    one.add_argument("--strategy", required=True, metavar="SPEC", help=_SPEC_HELP)
+    one.add_argument(
+        "--strategy",
+        default=DEFAULT_REPLAY,
+        metavar="SPEC",
+        help=f"the strategy (default: {DEFAULT_REPLAY}); {_SPEC_HELP}",
+    )
     one.add_argument(
         "--every", type=int, default=1, metavar="N", help="print every Nth call (0: totals only)"
     )
@@ -182,13 +235,24 @@ def _summarizer(spec: str) -> tuple[Any, str | None]:
         raise ReplayCliError(f"--summarizer {spec!r}: {first}") from None
 
 
+def _facts(option: str | None, messages: Sequence[Any]) -> list[str] | None:
+    """The facts ``--facts`` names: none, ``auto`` (found in the transcript) or a file's."""
+    if option is None:
+        return None
+    if option.strip().lower() == "auto":
+        return resolve_facts(messages, "auto")
+    return read_facts(option)
+
+
 def _print_calls(comparison: Comparison, every: int) -> None:
     (r,) = comparison.replays
     if every <= 0 or not r.calls:
         return
+    facts = r.facts is not None  # one more column: the followed facts the view holds
     header = (
         f"{'call':>5} {'at msg':>7} {'history':>9} {'hist tok':>9} | {'view':>5} {'tokens':>7} "
         f"{'cached':>7} {'prefix':>6} {'summary':>8} {'cost':>9} {'cached $':>9}"
+        + (f" {'facts':>7}" if facts else "")
     )
     print(header)
     print("-" * len(header))
@@ -200,7 +264,7 @@ def _print_calls(comparison: Comparison, every: int) -> None:
             f"{c.call:>5} {c.position:>7,} {c.history_messages:>9,} {c.history_tokens:>9,} | "
             f"{c.view_messages:>5,} {c.view_tokens:>7,} {c.cached_tokens:>7,} "
             f"{'kept' if c.prefix_kept else '':>6} {summary:>8} "
-            f"{c.cost:>9.5f} {c.cost_cached:>9.5f}"
+            f"{c.cost:>9.5f} {c.cost_cached:>9.5f}" + (f" {c.facts_in_view:>7,}" if facts else "")
         )
     print()
 
@@ -214,8 +278,12 @@ def _outputs(comparison: Comparison, args: argparse.Namespace) -> None:
                 "--plot needs matplotlib: pip install 'langmem-ext[experiment]'"
             ) from None
         matplotlib.use("Agg")  # a file, never a window
+    facts_csv = None
+    if args.csv is not None and comparison.follows_facts:
+        facts_csv = args.csv.with_name(f"{args.csv.stem}-facts.csv")
     writers = (
         ("--csv", args.csv, comparison.to_csv),
+        ("--csv", facts_csv, comparison.facts_to_csv),
         ("--json", args.json, comparison.to_json),
         ("--plot", args.plot, comparison.plot),
     )
@@ -243,6 +311,7 @@ def run_command(args: argparse.Namespace) -> int:
     model, summarizer_price = _summarizer(args.summarizer)
     if summarizer_price is not None:
         prices.get(summarizer_price)
+    facts = _facts(args.facts, transcript.messages)
     specs: Sequence[str] = (
         [args.strategy] if args.command == "replay" else (args.strategy or DEFAULT_COMPARE)
     )
@@ -256,6 +325,10 @@ def run_command(args: argparse.Namespace) -> int:
         f"{calls:,} model calls; prices of {prices.get(args.model).model} ({prices.source}); "
         f"counter {args.counter}; summarizer {args.summarizer}"
     )
+    if facts is not None:
+        how = "found in the transcript" if args.facts.strip().lower() == "auto" else args.facts
+        shown = ", ".join(facts[:8]) + (", ..." if len(facts) > 8 else "")
+        print(f"facts followed: {len(facts):,} ({how}){': ' + shown if facts else ''}")
     comparison = compare(
         transcript.messages,
         strategies,
@@ -265,7 +338,12 @@ def run_command(args: argparse.Namespace) -> int:
         summarizer_model=summarizer_price,
         progress=False if args.no_progress else None,
         source=transcript.source,
+        facts=facts,
+        cache_ttl=args.cache_ttl,
     )
+    notes = {r.cache_expiry for r in comparison.replays if r.cache_expiry}
+    for note in sorted(notes):
+        print(note[0].upper() + note[1:])
     print()
     if args.command == "replay":
         _print_calls(comparison, args.every)

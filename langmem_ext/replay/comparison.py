@@ -14,7 +14,7 @@ from typing import IO, Any
 from langmem_ext.replay.plots import plot_replays
 from langmem_ext.replay.results import CallRecord, Replay
 
-__all__ = ["COLUMNS", "Comparison"]
+__all__ = ["COLUMNS", "FACT_COLUMNS", "FACT_FIELDS", "Comparison"]
 
 #: the columns of :meth:`Comparison.table`: (key of ``Replay.totals()``, header, format)
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -33,6 +33,25 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("over_budget", "over budget", lambda v: f"{v:,}"),
 )
 
+#: the columns :meth:`Comparison.table` adds when facts were followed
+FACT_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("facts_kept_at_end", "facts kept at end", str),  # "k / n", made in rows()
+    ("facts_later_share", "mean share of later calls", lambda v: "-" if v is None else f"{v:.1%}"),
+    ("summarizer_cost", "summarizer $", lambda v: f"${v:,.4f}"),
+)
+
+#: the columns of :meth:`Comparison.facts_to_csv`
+FACT_FIELDS = (
+    "strategy",
+    "fact",
+    "said_at_message",
+    "said_at_call",
+    "kept_at_end",
+    "later_calls",
+    "later_calls_with_it",
+    "later_share",
+)
+
 
 @dataclass
 class Comparison:
@@ -47,11 +66,25 @@ class Comparison:
         """``Replay.totals()`` of each replay, in order."""
         return [r.totals() for r in self.replays]
 
+    @property
+    def follows_facts(self) -> bool:
+        """Whether the replays followed facts (see :func:`~langmem_ext.replay.replay`)."""
+        return any(r.facts is not None for r in self.replays)
+
     def table(self, *, markdown: bool = True) -> str:
         """The totals as a markdown table (or aligned plain text), one row per strategy, with
-        a line under it per replay that stopped early."""
-        header = [h for _, h, _ in COLUMNS]
-        body = [[fmt(row[key]) for key, _, fmt in COLUMNS] for row in self.rows()]
+        a line under it per replay that stopped early. When facts were followed, three more
+        columns: facts in the input at the final call (``k / n``), the mean share of the calls
+        after a fact was said whose input held it, and the summarizer's cost."""
+        columns = COLUMNS + (FACT_COLUMNS if self.follows_facts else ())
+        header = [h for _, h, _ in columns]
+        rows = self.rows()
+        for row in rows:
+            if row["facts"] is not None:
+                row["facts_kept_at_end"] = f"{row['facts_kept_at_end']:,} / {row['facts']:,}"
+            else:
+                row["facts_kept_at_end"] = "-"
+        body = [[fmt(row[key]) for key, _, fmt in columns] for row in rows]
         if markdown:
             lines = ["| " + " | ".join(header) + " |"]
             lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
@@ -88,8 +121,20 @@ class Comparison:
                 writer.writerow({"strategy": r.name, **asdict(c)})
         return _write(buffer.getvalue(), target)
 
+    def facts_to_csv(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
+        """One row per strategy and followed fact (:data:`FACT_FIELDS`); written to
+        ``target`` when given, and returned (only the header when no facts were followed)."""
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=FACT_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for r in self.replays:
+            for f in r.facts or ():
+                writer.writerow({"strategy": r.name, **f.to_dict()})
+        return _write(buffer.getvalue(), target)
+
     def to_json(self, target: str | os.PathLike[str] | IO[str] | None = None) -> str:
-        """Everything: the transcript, the model, and per strategy its totals and calls."""
+        """Everything: the transcript, the model, and per strategy its totals, calls and
+        followed facts (``null`` when none were followed)."""
         data = {
             "source": self.source,
             "transcript_messages": self.transcript_messages,
@@ -99,6 +144,8 @@ class Comparison:
                     "name": r.name,
                     "description": r.description,
                     "totals": r.totals(),
+                    "cache_expiry": r.cache_expiry,
+                    "facts": None if r.facts is None else [f.to_dict() for f in r.facts],
                     "calls": [asdict(c) for c in r.calls],
                 }
                 for r in self.replays

@@ -4,9 +4,12 @@ would have seen under the strategy, and what that would have cost.
 A *model call* is each AI message of the transcript: the call that produced it saw the history
 before it. :func:`replay` runs the strategy on each of those histories in order (passing the
 state on, as a LangGraph checkpoint would) and records, per call, the view's tokens, the part of
-it that repeats the previous view's prefix (what a provider's prompt cache serves), summaries
-made, the view's validity for the provider, and the cost at a model's prices with and without
-prompt caching. :func:`compare` does that for several strategies side by side and returns a
+it a provider's prompt cache serves (the prefix it repeats of the last request that wrote or
+read the cache, at the provider's rules: minimum size, write premium, expiry when the transcript
+has timestamps; see :mod:`~langmem_ext.replay.prices`), summaries made, the view's validity for
+the provider, the cost at a model's prices with and without prompt caching, and, with
+``facts=``, which of the followed facts the view holds (:mod:`~langmem_ext.replay.facts`).
+:func:`compare` does that for several strategies side by side and returns a
 :class:`~langmem_ext.replay.comparison.Comparison` (a table, CSV, JSON, plots). The records
 themselves are in :mod:`langmem_ext.replay.results`.
 
@@ -31,34 +34,44 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal, TextIO
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import validate
 from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.signatures import bind, same_parameters
 from langmem_ext.core.steps import Flow, Step, arun, run
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.resolve import CounterLike, as_counter
 from langmem_ext.replay.comparison import Comparison
+from langmem_ext.replay.facts import FactTracker, detect_facts
 from langmem_ext.replay.prices import ModelPrice, Prices, load_prices
+from langmem_ext.replay.progress import CompareProgress
 from langmem_ext.replay.results import CallRecord, Replay
+from langmem_ext.replay.transcripts.reading import TIME_KEYS
 from langmem_ext.strategies.engine import Strategy
 from langmem_ext.summarize.summarizer import Summarizer
 
 __all__ = [
     "DEFAULT_MODEL",
+    "FactsLike",
     "areplay",
     "compare",
+    "message_time",
     "model_calls",
     "replay",
+    "resolve_facts",
 ]
 
 #: the model whose prices the cost columns use when none is named
 DEFAULT_MODEL = "openai:gpt-4o-mini"
 
 StrategyLike = Strategy | None
+#: facts to follow: given as text, ``"auto"`` (found in the transcript) or None (none)
+FactsLike = Sequence[str] | Literal["auto"] | None
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,6 +182,25 @@ def _progress(total: int, label: str, enabled: bool | None) -> Any:
     )
 
 
+def message_time(message: BaseMessage) -> float | None:
+    """The time ``message`` was sent, in seconds since the epoch, if it says: a ``timestamp``,
+    ``created_at``, ``created`` or ``time`` in its ``additional_kwargs`` or
+    ``response_metadata``, as epoch seconds (milliseconds when over 1e11) or ISO 8601 text."""
+    for holder in (message.additional_kwargs, message.response_metadata):
+        for key in TIME_KEYS:
+            value = holder.get(key) if isinstance(holder, Mapping) else None
+            if isinstance(value, bool) or value is None:
+                continue
+            if isinstance(value, (int, float)):
+                return float(value) / 1000 if value > 1e11 else float(value)
+            if isinstance(value, str):
+                try:
+                    return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    continue
+    return None
+
+
 def _replay_key() -> MemoryKey:
     """A key of its own for one replay: a fresh user and session (both named, so a
     ``Retrieval`` at ``scope="user"`` or ``"thread"`` runs without sharing a default memory)."""
@@ -186,6 +218,8 @@ class _Replayer:
     price: ModelPrice
     summarizer_price: ModelPrice | None
     strategy: Strategy | None
+    facts: FactTracker | None = None
+    cache_ttl: float | None = None
     meter: _Meter = field(default_factory=_Meter)
     key: MemoryKey = field(default_factory=_replay_key)
 
@@ -197,9 +231,14 @@ class _Replayer:
         self.history_tokens = self.overhead
         self.counted = 0
         self.previous: list[BaseMessage] = []
-        self.previous_tokens: list[int] = []
         self.state: Any = None
         self.newest_human: BaseMessage | None = None
+        # the provider's prompt cache: the last request that wrote or read it, and when
+        self.cache: list[BaseMessage] = []
+        self.cache_tokens = 0
+        self.cache_time: float | None = None
+        self.clock: float | None = None  # the newest time the transcript gave so far
+        self.timed = False
 
     def histories(self) -> Iterator[tuple[int, Sequence[BaseMessage]]]:
         for position in model_calls(self.messages):
@@ -208,6 +247,8 @@ class _Replayer:
                 self.history_tokens += self.counter.count_message(m)
                 if isinstance(m, HumanMessage):
                     self.newest_human = m
+                self.clock = message_time(m) or self.clock
+            self.clock = message_time(self.messages[position]) or self.clock
             self.counted = position
             yield position, history
 
@@ -221,14 +262,33 @@ class _Replayer:
         tokens: int = report.tokens_after
         return tokens
 
-    def _cached_tokens(self, view: Sequence[BaseMessage], shared: int) -> int:
-        """The tokens of the first ``shared`` messages of ``view``: the previous call's view
-        and answer, which a provider's prompt cache serves."""
+    def _repeated_tokens(self, view: Sequence[BaseMessage]) -> tuple[int, bool]:
+        """The tokens of ``view``'s prefix held in the prompt cache (the last request that
+        wrote or read it), and whether the cache had expired (``cache_ttl`` passed since)."""
+        shared = _common_prefix(self.cache, view)
         if shared == 0:
-            return 0
-        if shared == len(self.previous):
-            return self.previous_tokens[-1] if self.previous_tokens else 0
-        return self.overhead + sum(self.counter.count_message(m) for m in view[:shared])
+            return 0, False
+        if self.cache_ttl is not None and self.clock is not None and self.cache_time is not None:
+            self.timed = True
+            if self.clock - self.cache_time > self.cache_ttl:
+                return 0, True
+        if shared == len(self.cache):
+            return self.cache_tokens, False
+        return self.overhead + sum(self.counter.count_message(m) for m in view[:shared]), False
+
+    def _cache(self, view: list[BaseMessage], view_tokens: int) -> tuple[int, int, bool]:
+        """``(read, written, expired)`` of this call's request at the provider's rules; a
+        request that reads or writes the cache becomes its entry."""
+        repeated, expired = self._repeated_tokens(view)
+        read, written = self.price.cache_use(view_tokens, min(repeated, view_tokens))
+        if read or written:
+            self.cache, self.cache_tokens, self.cache_time = view, view_tokens, self.clock
+        return read, written, expired
+
+    def _summarizer_cost(self, input_tokens: int, output_tokens: int) -> float:
+        if self.summarizer_price is None:
+            return 0.0
+        return self.summarizer_price.cost(input_tokens=input_tokens, output_tokens=output_tokens)
 
     def record(
         self,
@@ -242,20 +302,17 @@ class _Replayer:
         meter = self.meter
         view_tokens = self._view_tokens(report)
         shared = _common_prefix(self.previous, view)
-        cached = min(self._cached_tokens(view, shared), view_tokens)
+        cached, written, expired = self._cache(view, view_tokens)
         output = self.counter.count_message(self.messages[position])
         s_in = meter.input_tokens - meter_before.input_tokens
         s_out = meter.output_tokens - meter_before.output_tokens
-        summarizing = (
-            0.0
-            if self.summarizer_price is None
-            else self.summarizer_price.cost(input_tokens=s_in, output_tokens=s_out)
-        )
+        summarizing = self._summarizer_cost(s_in, s_out)
         newest = self.newest_human
         findings = validate(view)
+        call = len(self.out.calls) + 1
         self.out.calls.append(
             CallRecord(
-                call=len(self.out.calls) + 1,
+                call=call,
                 position=position,
                 history_messages=len(history),
                 history_tokens=self.history_tokens,
@@ -283,40 +340,103 @@ class _Replayer:
                 )
                 + summarizing,
                 seconds=max(seconds - (meter.seconds - meter_before.seconds), 0.0),
+                cache_write_tokens=written,
+                cache_expired=expired,
+                summarizer_cost=summarizing,
+                facts_in_view=0 if self.facts is None else self.facts.observe(call, position, view),
             )
         )
-        # the next call's cache holds this view and its answer
+        # the next view keeps the prefix when it starts with this view and its answer
         self.previous = [*view, self.messages[position]]
-        self.previous_tokens = [view_tokens + output]
 
 
 def _describe(strategy: Strategy | None) -> str:
     return "the whole history every call" if strategy is None else repr(strategy)
 
 
+def resolve_facts(messages: Sequence[BaseMessage], facts: FactsLike) -> list[str] | None:
+    """The facts a replay follows: ``"auto"`` finds them in ``messages`` before the last model
+    call (:func:`~langmem_ext.replay.facts.detect_facts`), a list is taken as given (each once,
+    case-insensitively), ``None`` follows none."""
+    if facts is None:
+        return None
+    if isinstance(facts, str):
+        if facts != "auto":
+            raise ValueError(f"facts must be a list of texts, 'auto' or None, got {facts!r}")
+        calls = model_calls(messages)
+        # what the final call's input could hold: a fact said in the last answer is in none
+        return detect_facts(messages[: calls[-1]] if calls else [])
+    given: list[str] = []
+    for fact in facts:
+        if not isinstance(fact, str) or not fact.strip():
+            raise ValueError(f"every fact must be non-empty text, got {fact!r}")
+        if fact.strip().lower() not in {g.lower() for g in given}:
+            given.append(fact.strip())
+    return given
+
+
+def _ttl(price: ModelPrice, cache_ttl: float | None) -> float | None:
+    if cache_ttl is None:
+        return price.cache_ttl
+    if isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float)) or cache_ttl < 0:
+        raise ValueError(f"cache_ttl must be a number of seconds >= 0, got {cache_ttl!r}")
+    return float(cache_ttl)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What :func:`replay` takes besides the transcript and the strategy."""
+
+    model: str = DEFAULT_MODEL
+    counter: CounterLike = None
+    prices: Prices | None = None
+    summarizer_model: str | None = None
+    progress: bool | None = None
+    facts: FactsLike = None
+    cache_ttl: float | None = None
+
+
+def _expiry_note(ttl: float | None, timed: bool) -> str:
+    if ttl is None:
+        return "prompt-cache expiry not modelled: no cache_ttl for the model"
+    if not timed:
+        return (
+            f"prompt-cache expiry (ttl {ttl:g} s) not modelled: the transcript has no "
+            "timestamps; every cache entry is taken as still warm at the next call"
+        )
+    return f"prompt-cache expiry modelled from the transcript's timestamps (ttl {ttl:g} s)"
+
+
 def _replay_flow(
     name: str | None,
     messages: Sequence[BaseMessage],
     strategy: StrategyLike,
-    model: str,
-    counter: CounterLike,
-    prices: Prices | None,
-    summarizer_model: str | None,
-    progress: bool | None,
+    options: _Options,
+    bar: Any = None,
 ) -> Flow[Replay]:
     """The replay of :func:`replay` and :func:`areplay` as a flow of steps (not started)."""
-    prices = load_prices() if prices is None else prices
-    own = counter is None and strategy is not None
-    resolved = strategy.counter if own and strategy is not None else as_counter(counter)
+    prices = load_prices() if options.prices is None else options.prices
+    own = options.counter is None and strategy is not None
+    resolved = strategy.counter if own and strategy is not None else as_counter(options.counter)
+    messages = list(messages)
+    facts = resolve_facts(messages, options.facts)
+    price = prices.get(options.model)
+    summarizer = options.summarizer_model
     replayer = _Replayer(
         name=name or _default_name(strategy),
-        messages=list(messages),
+        messages=messages,
         counter=resolved,
-        price=prices.get(model),
-        summarizer_price=None if summarizer_model is None else prices.get(summarizer_model),
+        price=price,
+        summarizer_price=None if summarizer is None else prices.get(summarizer),
         strategy=strategy,
+        facts=None if facts is None else FactTracker(facts, messages),
+        cache_ttl=_ttl(price, options.cache_ttl),
     )
-    return _calls(replayer, progress)
+    timed = any(message_time(m) is not None for m in messages)
+    replayer.out.cache_expiry = _expiry_note(replayer.cache_ttl, timed)
+    if bar is None:
+        bar = _progress(len(model_calls(messages)), replayer.name, options.progress)
+    return _calls(replayer, bar)
 
 
 def replay(
@@ -329,6 +449,8 @@ def replay(
     prices: Prices | None = None,
     summarizer_model: str | None = None,
     progress: bool | None = None,
+    facts: FactsLike = None,
+    cache_ttl: float | None = None,
 ) -> Replay:
     """Replay ``messages`` through ``strategy`` (``None``: the whole history every call).
 
@@ -346,28 +468,25 @@ def replay(
         summarizer_model: prices the summarizer's tokens at this model's prices (``None``: the
             summarizer costs nothing, as the offline extractive one).
         progress: a progress bar on stderr: ``None`` shows it on a terminal only.
+        facts: texts to follow through the views (``Replay.facts``: when each was said, kept at
+            the final call, share of later calls that had it), ``"auto"`` to find them in the
+            transcript (:func:`~langmem_ext.replay.facts.detect_facts`), or ``None``.
+        cache_ttl: seconds a prompt-cache entry lives after its last write or read (default:
+            the model's provider's, 300 s). Applied when the messages carry timestamps
+            (:func:`message_time`); ``Replay.cache_expiry`` says whether it was.
 
     A strategy that raises (a budget too small for a turn) ends the replay at that call: the
     calls before it are kept and ``Replay.error`` says what happened.
     """
-    args = (name, messages, strategy, model, counter, prices, summarizer_model, progress)
-    return run(_replay_flow(*args))
+    options = _Options(model, counter, prices, summarizer_model, progress, facts, cache_ttl)
+    return run(_replay_flow(name, messages, strategy, options))
 
 
-async def areplay(
-    messages: Sequence[BaseMessage],
-    strategy: StrategyLike,
-    *,
-    name: str | None = None,
-    model: str = DEFAULT_MODEL,
-    counter: CounterLike = None,
-    prices: Prices | None = None,
-    summarizer_model: str | None = None,
-    progress: bool | None = None,
-) -> Replay:
+@same_parameters(replay)
+async def areplay(*args: Any, **kwargs: Any) -> Replay:
     """Async :func:`replay` (``aapply`` at every call: the summarizer is awaited)."""
-    args = (name, messages, strategy, model, counter, prices, summarizer_model, progress)
-    return await arun(_replay_flow(*args))
+    messages, strategy, name, *options = bind(replay, args, kwargs, "areplay")
+    return await arun(_replay_flow(name, messages, strategy, _Options(*options)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,11 +506,11 @@ class _Apply(Step):
         return await self.strategy.aapply(self.history, self.state, key=self.key)
 
 
-def _calls(replayer: _Replayer, progress: bool | None) -> Flow[Replay]:
+def _calls(replayer: _Replayer, bar: Any) -> Flow[Replay]:
     """The replay as one flow of steps, for both drivers: yields the strategy's call on each
     history, records what it made of it (timed, the summarizer's time left out; no strategy:
-    the history itself), and ends at the first call the strategy gave up on."""
-    bar = _progress(len(model_calls(replayer.messages)), replayer.name, progress)
+    the history itself), and ends at the first call the strategy gave up on. ``bar`` (a tqdm
+    bar, a :class:`CompareProgress` or None) is told of each call."""
     try:
         for position, history in replayer.histories():
             before = copy.copy(replayer.meter)
@@ -413,8 +532,10 @@ def _calls(replayer: _Replayer, progress: bool | None) -> Flow[Replay]:
             if bar is not None:
                 bar.update()
     finally:
-        if bar is not None:
+        if bar is not None and not isinstance(bar, CompareProgress):
             bar.close()
+    if replayer.facts is not None:
+        replayer.out.facts = replayer.facts.records()
     return replayer.out
 
 
@@ -446,25 +567,37 @@ def compare(
     summarizer_model: str | None = None,
     progress: bool | None = None,
     source: str = "",
+    facts: FactsLike = None,
+    cache_ttl: float | None = None,
+    progress_stream: TextIO | None = None,
 ) -> Comparison:
     """:func:`replay` each strategy (a mapping name -> strategy, or a list) over ``messages``.
 
     Give every strategy the same ``counter`` (or leave it ``None`` to use each strategy's own)
     so that the figures compare. ``None`` as a strategy is the whole history every call.
+    ``facts`` (found once when ``"auto"``) and ``cache_ttl`` are as in :func:`replay`.
+
+    ``progress``: one status line on ``progress_stream`` (default stderr) naming the strategy
+    being replayed, its calls done and an estimate of the time left (:mod:`.progress`);
+    ``None`` shows it on a terminal only, ``False`` never.
     """
     prices = load_prices() if prices is None else prices
+    messages = list(messages)
     shared = None if counter is None else as_counter(counter)
-    replays = [
-        replay(
-            messages,
-            strategy,
-            name=name,
-            model=model,
-            counter=shared,
-            prices=prices,
-            summarizer_model=summarizer_model,
-            progress=progress,
-        )
-        for name, strategy in _named(strategies)
-    ]
+    followed = resolve_facts(messages, facts)
+    options = _Options(model, shared, prices, summarizer_model, False, followed, cache_ttl)
+    named = _named(strategies)
+    status = CompareProgress(
+        [n for n, _ in named],
+        len(model_calls(messages)),
+        enabled=False if progress is False else progress,
+        stream=progress_stream,
+    )
+    replays = []
+    try:
+        for index, (name, strategy) in enumerate(named):
+            status.start(index)
+            replays.append(run(_replay_flow(name, messages, strategy, options, status)))
+    finally:
+        status.close()
     return Comparison(replays, prices.get(model).model, source, len(messages))

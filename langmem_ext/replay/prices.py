@@ -5,11 +5,17 @@ The package ships list prices (``langmem_ext/_data/prices.json``, US dollars per
 named ``provider:name``; a dated or suffixed name (``claude-3-5-haiku-20241022``,
 ``gpt-4o-mini-2024-07-18``) takes the price of the longest listed name it starts with.
 
-Prompt caching is modelled the way the providers bill it: the part of a request that repeats
-the previous request's prefix is read from the cache at ``cached_input`` when it is at least
-``min_cached_tokens`` long (counted down to a multiple of ``cache_step``); the rest is billed at
-``input``, or at ``cache_write`` where the provider charges for writing the cache (Anthropic).
-The cache is assumed warm between consecutive calls (providers keep it for minutes).
+Prompt caching is modelled the way the providers bill it. A request shorter than the
+provider's ``min_cached_tokens`` (1,024 tokens; 2,048 for Anthropic's Haiku models) is not
+cached at all: every input token at ``input``, no cache read, no cache write. From that size on,
+the part of the request that repeats the prefix held in the cache is read at ``cached_input``
+(when that prefix is itself at least ``min_cached_tokens`` long, counted down to a multiple of
+``cache_step``) and the rest is written to the cache: at ``cache_write`` where the provider
+charges a premium for writing (Anthropic, 1.25x input), at ``input`` where it does not (OpenAI's
+automatic caching). The request is taken as cached up to its end (one breakpoint at the last
+message). A cache entry lives ``cache_ttl`` seconds after it was last written or read (300 s:
+Anthropic's default 5 minutes; OpenAI says 5 to 10 minutes of inactivity, so the lower end is
+taken); :func:`~langmem_ext.replay.replay` applies it when the transcript has timestamps.
 
 Example:
     >>> prices = load_prices()
@@ -54,6 +60,8 @@ class ModelPrice:
     cache_write: float | None = None
     min_cached_tokens: int = 1024
     cache_step: int = 1
+    #: seconds a cache entry lives after its last write or read (None: not known)
+    cache_ttl: float | None = 300.0
 
     def cacheable(self, prefix_tokens: int) -> int:
         """How many of ``prefix_tokens`` repeated tokens the provider bills as cache reads."""
@@ -61,21 +69,32 @@ class ModelPrice:
             return 0
         return prefix_tokens - prefix_tokens % max(self.cache_step, 1)
 
+    def cache_use(self, input_tokens: int, repeated_tokens: int) -> tuple[int, int]:
+        """``(read, written)``: the input tokens of a request of ``input_tokens`` that the
+        provider serves from its cache and those it writes to it, when ``repeated_tokens`` of
+        its prefix are in the cache (0 when the cache is cold or expired). A request under
+        ``min_cached_tokens`` neither reads nor writes: ``(0, 0)``."""
+        if self.cached_input is None or input_tokens < self.min_cached_tokens:
+            return 0, 0
+        read = min(self.cacheable(repeated_tokens), input_tokens)
+        return read, input_tokens - read
+
     def cost(
         self, *, input_tokens: int, output_tokens: int, cached_tokens: int | None = None
     ) -> float:
         """The dollars of one call. ``cached_tokens=None`` bills every input token at
-        ``input`` (no prompt caching); otherwise ``cached_tokens`` (the repeated prefix, before
-        :meth:`cacheable` applies the provider's rules) are cache reads and the rest cache
-        writes where the provider bills those."""
+        ``input`` (no prompt caching); otherwise ``cached_tokens`` of the prefix are in the
+        cache and :meth:`cache_use` says what is read and written: reads at ``cached_input``,
+        writes at ``cache_write`` where the provider charges one (else ``input``), and a
+        request under the minimum at ``input`` throughout."""
         output = output_tokens * self.output
         if cached_tokens is None:
             return (input_tokens * self.input + output) / _MILLION
-        read = min(self.cacheable(cached_tokens), input_tokens)
-        fresh = input_tokens - read
+        read, written = self.cache_use(input_tokens, cached_tokens)
+        plain = input_tokens - read - written
         read_price = self.cached_input if self.cached_input is not None else self.input
-        fresh_price = self.cache_write if self.cache_write is not None else self.input
-        return (read * read_price + fresh * fresh_price + output) / _MILLION
+        write_price = self.cache_write if self.cache_write is not None else self.input
+        return (read * read_price + written * write_price + plain * self.input + output) / _MILLION
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,16 @@ class Prices:
         return self.models[max(candidates, key=len)]
 
 
+def _rule(name: str, entry: Mapping[str, Any], rules: Mapping[str, Any], source: str) -> Any:
+    """A cache rule of a model: its own entry's, else its provider's (None: not given)."""
+    value = entry.get(name, rules.get(name))
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise PriceError(f"{source}: {name!r} must be a number >= 0, got {value!r}")
+    return value
+
+
 def _price(model: str, entry: Any, rules: Mapping[str, Any], source: str) -> ModelPrice:
     if not isinstance(entry, Mapping):
         raise PriceError(f"{source}: model {model!r}: expected an object, got {entry!r}")
@@ -121,14 +150,18 @@ def _price(model: str, entry: Any, rules: Mapping[str, Any], source: str) -> Mod
         raise PriceError(f"{source}: model {model!r} needs 'input' and 'output' prices")
     if any(v is not None and v < 0 for v in (base_input, base_output, *values.values())):
         raise PriceError(f"{source}: model {model!r}: prices must be >= 0")
+    minimum = _rule("min_cached_tokens", entry, rules, source)
+    step = _rule("cache_step", entry, rules, source)
+    ttl = _rule("cache_ttl", entry, rules, source)
     return ModelPrice(
         model=model,
         input=base_input,
         output=base_output,
         cached_input=values["cached_input"],
         cache_write=values["cache_write"],
-        min_cached_tokens=int(rules.get("min_cached_tokens", 1024)),
-        cache_step=int(rules.get("cache_step", 1)),
+        min_cached_tokens=1024 if minimum is None else int(minimum),
+        cache_step=1 if step is None else int(step),
+        cache_ttl=None if ttl is None else float(ttl),
     )
 
 

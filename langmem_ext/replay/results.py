@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from langmem_ext.replay.facts import FactRecord
+
 __all__ = ["CallRecord", "Replay"]
 
 
@@ -23,7 +25,9 @@ class CallRecord:
     history_tokens: int
     view_messages: int
     view_tokens: int
-    #: tokens of the view's prefix that repeats the previous view (prompt-cache reads)
+    #: tokens of the view read from the provider's prompt cache: the prefix it repeats of the
+    #: last request that wrote or read the cache, at the provider's rules (minimum size,
+    #: steps, expiry); 0 for a request under the minimum
     cached_tokens: int
     #: tokens of the answer (the transcript's AI message)
     output_tokens: int
@@ -49,6 +53,15 @@ class CallRecord:
     cost_cached: float
     #: time in the strategy, without the summarizer's
     seconds: float
+    #: tokens of the view written to the prompt cache (billed at ``cache_write`` where the
+    #: provider charges one); 0 for a request under the provider's minimum
+    cache_write_tokens: int = 0
+    #: the prefix was in the cache, but longer ago than ``cache_ttl`` (from timestamps)
+    cache_expired: bool = False
+    #: dollars of this call's summarizer calls (part of ``cost`` and ``cost_cached``)
+    summarizer_cost: float = 0.0
+    #: how many of the followed facts the view holds
+    facts_in_view: int = 0
 
 
 @dataclass
@@ -63,6 +76,23 @@ class Replay:
     #: the error the strategy raised, if it gave up at a call (the replay stops there)
     error: str | None = None
     description: str = ""
+    #: what became of each followed fact (None: no facts were followed)
+    facts: list[FactRecord] | None = None
+    #: whether prompt-cache expiry was modelled, and how
+    cache_expiry: str = ""
+
+    def fact_totals(self) -> dict[str, Any]:
+        """``facts`` (n), ``facts_kept_at_end`` (k) and ``facts_later_share`` (the mean, over
+        the facts with later calls, of the share of those calls whose input held the fact);
+        all None when no facts were followed."""
+        if self.facts is None:
+            return {"facts": None, "facts_kept_at_end": None, "facts_later_share": None}
+        shares = [s for f in self.facts if (s := f.later_share) is not None]
+        return {
+            "facts": len(self.facts),
+            "facts_kept_at_end": sum(f.kept_at_end for f in self.facts),
+            "facts_later_share": sum(shares) / len(shares) if shares else None,
+        }
 
     def totals(self) -> dict[str, Any]:
         """The figures of the whole replay, as in the comparison table."""
@@ -84,6 +114,7 @@ class Replay:
             "summary_events": sum(1 for c in calls if c.folded),
             "summarizer_calls": sum(c.summarizer_calls for c in calls),
             "summarizer_input_tokens": sum(c.summarizer_input_tokens for c in calls),
+            "summarizer_cost": sum(c.summarizer_cost for c in calls),
             "output_tokens": sum(c.output_tokens for c in calls),
             "cost": sum(c.cost for c in calls),
             "cost_cached": sum(c.cost_cached for c in calls),
@@ -91,5 +122,8 @@ class Replay:
             "newest_human_missing": sum(not c.newest_human_shown for c in calls),
             "over_budget": sum(c.over_budget for c in calls),
             "ms_per_call": 1000 * sum(c.seconds for c in calls) / n if n else 0.0,
+            "cache_writes": sum(c.cache_write_tokens for c in calls),
+            "cache_expired": sum(c.cache_expired for c in calls),
+            **self.fact_totals(),
             "error": self.error,
         }

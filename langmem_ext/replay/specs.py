@@ -14,6 +14,11 @@ For ``retrieval+INNER``, the keywords ``Retrieval`` takes (``k``, ``max_retrieve
 :class:`~langmem_ext.strategies.options.FoldPolicy` settings flat (``placement=human``,
 ``max_messages=40``): they are gathered into its ``policy=``.
 
+A ``retrieval+`` strategy needs a memory key naming whose turns it indexes (it fails closed
+rather than share a default memory): it gets the ``key`` given to :func:`parse_strategy`, or a
+key of its own (a fresh user and session), so ``strategy.apply(messages)`` works as it is. A
+replay passes a fresh key per replay in any case.
+
 Example:
     >>> from langmem_ext import ExtractiveSummarizer
     >>> name, strategy = parse_strategy("summary_buffer:8k,max_summary_tokens=500",
@@ -32,11 +37,13 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from langmem_ext.core.keys import MemoryKey
 from langmem_ext.counting.resolve import CounterLike
 from langmem_ext.errors import LangmemExtError
 from langmem_ext.retrieval.config import RetrievalConfig
@@ -214,6 +221,7 @@ def parse_strategy(
     counter: CounterLike = None,
     summarizer: SummarizerLike | None = None,
     store: Callable[[], Any] | None = None,
+    key: MemoryKey | None = None,
 ) -> tuple[str, Strategy | None]:
     """``(spec, strategy)`` for ``spec`` (``None`` for ``full``); raises :class:`SpecError`
     naming the spec, the argument and what is accepted.
@@ -222,6 +230,8 @@ def parse_strategy(
         counter: the counter every strategy gets unless the spec names one.
         summarizer: for the summarizing strategies (required by them).
         store: makes the store of a ``retrieval+`` spec (default: :func:`default_store`).
+        key: the memory key of a ``retrieval+`` strategy (default: one of its own, a fresh
+            user and session, so it runs without ``key=`` and shares no memory).
     """
     text = spec.strip()
     head, _, rest = text.partition(":")
@@ -251,6 +261,10 @@ def parse_strategy(
         settings = {k: outer.pop(k) for k in list(outer) if k not in _parameters(Retrieval)}
         settings.setdefault("shared_default", False)
         outer["config"] = _build(RetrievalConfig, [], settings, text)
+        if key is None:
+            own = f"spec-{uuid.uuid4().hex}"
+            key = MemoryKey(user=own, session=own)
+        outer["key"] = key
         strategy = _build(
             Retrieval, [strategy], {"store": (store or default_store)(), **outer}, text
         )

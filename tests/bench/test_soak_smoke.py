@@ -5,6 +5,7 @@ timing thresholds: a run this small says nothing about speed."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -101,3 +102,63 @@ def test_percentiles_are_in_milliseconds() -> None:
 
     assert _ms([0.001, 0.002], 50) == pytest.approx(1.5)
     assert _ms([], 50) is None
+
+
+def _reported(added_p99: float | None) -> dict[str, Any]:
+    """A soak result as ``run_soak`` returns it, small and made up (no run)."""
+    latency = dict.fromkeys(("added_p50", "apply_p50", "apply_p99", "turn_p50", "turn_p99"), 1.0)
+    return {
+        "meta": {
+            "mode": "quick",
+            "started_utc": "2026-01-01 00:00",
+            "command": "python -m bench.soak --quick",
+            "runtime_s": 1.0,
+            "config": {"workers": 2, "threads_per_worker": 3, "turns": 4, "pool": 2, "delay": 0.0},
+            "machine": {
+                "cpu": "cpu",
+                "cores": 2,
+                "usable_cores": 2,
+                "platform": "linux",
+                "python": "3.12",
+                "implementation": "CPython",
+                "packages": {},
+            },
+            "load_average_start": [1.0, 1.0, 1.0],
+            "load_average_end": [1.0, 1.0, 1.0],
+        },
+        "run": {"kill": {}},
+        "checks": {"folds": 2},
+        "view_leaks": 0,
+        "fold_input_leaks": 0,
+        "error_count": 0,
+        "given_up": 0,
+        "errors": {},
+        "throughput": {"turns_per_s": 1.0, "calls_per_s": 2.0, "model_calls": 48},
+        "latency_ms": {**latency, "added_p99": added_p99, "turn_max": 3.0, "turns_over_10s": 0},
+        "summarizer_calls": 2,
+        "summarizer_calls_per_fold": 1.0,
+        "rss": [],
+        "turn_outcomes": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("added_p99", "value", "verdict"),
+    [(49.5, "49.50 ms", "PASS"), (50.0, "50.00 ms", "PASS"), (61.3, "61.30 ms", "FAIL")],
+)
+def test_the_report_judges_the_added_latency_goal(
+    added_p99: float, value: str, verdict: str
+) -> None:
+    md = render_markdown(_reported(added_p99))
+    goals = md.split("## Goals\n", 1)[1].split("\n## ", 1)[0]
+    row = (
+        "| p99 added latency per call ≤ 50 ms (summarizer excluded, background compaction on) "
+        f"| {value} | {verdict} |"
+    )
+    assert row in goals.splitlines()
+    assert md.index("## Invariants") < md.index("## Goals") < md.index("## Throughput")
+
+
+def test_the_report_gives_no_latency_verdict_without_a_measurement() -> None:
+    goals = render_markdown(_reported(None)).split("## Goals\n", 1)[1]
+    assert "| n/a | n/a |" in goals.split("\n## ", 1)[0]

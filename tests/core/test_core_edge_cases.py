@@ -78,6 +78,7 @@ def full_state() -> MemoryState:
         indexed_turns=2,
         digested=4,
         digests=(("m2", "[langmem_ext digest of an earlier tool round: 1 call, outputs clipped]"),),
+        gap_key="m9",
     )
 
 
@@ -216,7 +217,15 @@ _COUNTS = {
     "indexed_turns",
     "digested",
 }
-_TEXTS = {"seen_key", "cut_key", "folded_key", "last_error", "prefix_key", "indexed_key"}
+_TEXTS = {
+    "seen_key",
+    "cut_key",
+    "folded_key",
+    "last_error",
+    "prefix_key",
+    "indexed_key",
+    "gap_key",
+}
 
 
 def _is_int(v: Any) -> bool:

@@ -89,7 +89,9 @@ _BACKTICKED = re.compile(r"`([A-Za-z_]\w*)(?:[.(][^`]*)?`")
 
 
 def _readme() -> str:
-    return README.read_text(encoding="utf-8")
+    """The README and the docs pages its sections moved to."""
+    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    return "\n".join(p.read_text(encoding="utf-8") for p in pages)
 
 
 def readme_imports() -> dict[str, set[str]]:

@@ -1,4 +1,4 @@
-"""The README's main job: `python -m langmem_ext demo` runs offline with no API key."""
+"""`python -m langmem_ext demo` (a smaller demo than `make demo`) runs offline with no API key."""
 
 from __future__ import annotations
 
@@ -47,3 +47,17 @@ def test_shape_draws_a_view() -> None:
     ]
     assert shape(view) == "SHcTA"
     assert shape(view * 10, limit=10) == "SHc…ASHcTA"
+
+
+def test_help_tells_how_to_replay_the_thread_make_demo_writes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`make demo` (examples/agent.py) and `compare` share one flag, ``--sqlite PATH``: the
+    top-level help says so, and compare's help lists it."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = " ".join(capsys.readouterr().out.split())
+    assert "make demo" in top and "--sqlite PATH --thread demo" in top
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    assert "--sqlite PATH" in capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""The examples run offline with no API key (the README's main job runs examples/agent.py)."""
+"""The examples run offline with no API key (`make demo`, the README's main job, runs
+examples/agent.py; docs/agents.md describes it)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     db = tmp_path_factory.mktemp("demo") / "agent.sqlite"
     script = str(ROOT / "examples" / "agent.py")
     done = run_python(
-        script, "--turns", str(TURNS), "--db", str(db), env=without_api_keys(), timeout=180
+        script, "--turns", str(TURNS), "--sqlite", str(db), env=without_api_keys(), timeout=180
     )
     assert done.returncode == 0, done.stderr
     return done.stdout, db
@@ -43,6 +44,54 @@ def test_the_agent_example_runs_offline_on_sqlite_and_compacts(demo: tuple[str, 
     assert all(v > 0 for v in view_msgs) and all(0 < t <= 1_500 for t in view_tokens)
     assert max(state_msgs) < 2 * TURNS  # rewrite mode: folded messages leave the state
     assert db.exists() and db.stat().st_size > 0
+
+
+def test_the_demo_prints_where_it_writes_and_how_to_replay_it(
+    demo: tuple[str, Path], tmp_path: Path
+) -> None:
+    """One flag, ``--sqlite PATH``, for the demo and for ``langmem-ext compare``: the demo prints
+    the file it wrote and the compare command for its thread, and that command runs; the
+    columns say what they count (``memory bytes``, not ``memory B``)."""
+    stdout, db = demo
+    assert f"checkpoints of thread 'demo' in {db}" in stdout
+    header = next(line for line in stdout.splitlines() if line.lstrip().startswith("turn"))
+    assert header.split() == [
+        "turn",
+        "state",
+        "msgs",
+        "memory",
+        "bytes",
+        "view",
+        "msgs",
+        "view",
+        "tokens",
+        "event",
+    ]
+    assert "memory B" not in stdout and "the `memory` channel as JSON, bytes" in stdout
+    command = stdout.splitlines()[-1].split(": ", 1)[1].split()
+    assert command[1:7] == ["compare", "--sqlite", str(db), "--thread", "demo", "--strategy"]
+    done = run_python("-m", "langmem_ext", *command[1:], "--no-progress", env=without_api_keys())
+    assert done.returncode == 0, done.stderr
+    assert any(line.startswith("| summary_buffer:1500 |") for line in done.stdout.splitlines())
+
+
+def test_the_demo_writes_a_temporary_file_by_default_and_documents_sqlite_in_help(
+    tmp_path: Path,
+) -> None:
+    script = str(ROOT / "examples" / "agent.py")
+    helped = run_python(script, "--help", env=without_api_keys())
+    assert helped.returncode == 0, helped.stderr
+    assert "--sqlite PATH" in helped.stdout and "--db" not in helped.stdout
+    assert "langmem-ext compare --sqlite PATH --thread demo" in " ".join(helped.stdout.split())
+    done = run_python(script, "--turns", "1", env=without_api_keys(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    where = re.search(r"checkpoints of thread 'demo' in (\S+agent\.sqlite)", done.stdout)
+    assert where is not None and Path(where.group(1)).is_file()
+    assert not Path(where.group(1)).is_relative_to(tmp_path)  # not the working directory
+    old = run_python(
+        script, "--turns", "1", "--db", str(tmp_path / "old.sqlite"), env=without_api_keys()
+    )
+    assert old.returncode == 0 and (tmp_path / "old.sqlite").is_file()  # the old name still works
 
 
 def _expand(shape: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""The README's experimenting section: its commands run offline and print the table it shows."""
+"""docs/experimenting.md (moved there from the README): its ``compare`` commands run offline and
+print the table the page shows."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from pathlib import Path
 from subprocesses import run_python, without_api_keys
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGE = (ROOT / "docs" / "experimenting.md").read_text(encoding="utf-8")
 
 
 def _commands() -> list[list[str]]:
-    """The two commands of the README's ``compare`` example, continuation lines joined."""
-    start = README.index("## Experimenting: replay your own conversations")
-    block = README[start:].split("```bash\n", 1)[1].split("```", 1)[0]
+    """The two commands of the page's ``compare`` example, continuation lines joined."""
+    start = PAGE.index("# Experimenting: replay your own conversations")
+    block = PAGE[start:].split("```bash\n", 1)[1].split("```", 1)[0]
     joined = block.replace("\\\n", " ")
     commands = []
     for line in joined.splitlines():
@@ -25,7 +26,7 @@ def _commands() -> list[list[str]]:
     return commands
 
 
-def test_the_readme_compare_commands_print_the_readme_table(tmp_path: Path) -> None:
+def test_the_experimenting_compare_commands_print_the_pages_table(tmp_path: Path) -> None:
     make, compare = _commands()
     assert make[:2] == [".venv/bin/python", "examples/make_transcript.py"]
     assert compare[0] == ".venv/bin/langmem-ext" and compare[1] == "compare"
@@ -40,7 +41,7 @@ def test_the_readme_compare_commands_print_the_readme_table(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stderr
     printed = [line for line in done.stdout.splitlines() if line.startswith("|")]
-    shown = re.search(r"<!-- COMPARE:START -->\n(.*?)<!-- COMPARE:END -->", README, re.S)
+    shown = re.search(r"<!-- COMPARE:START -->\n(.*?)<!-- COMPARE:END -->", PAGE, re.S)
     assert shown is not None
     assert printed == shown.group(1).strip().splitlines()
     assert plot.read_bytes().startswith(b"\x89PNG")

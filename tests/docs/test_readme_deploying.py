@@ -1,12 +1,14 @@
-"""The README's Deploying block runs against PostgreSQL with pgvector and does what it says.
+"""The Deploying block (docs/deploying.md, moved there from the README) runs against PostgreSQL
+with pgvector and does what it says.
 
-The block is fenced ```python deploying (tests/docs/test_readme.py runs the plain ```python blocks
-alone, with no server): here its ``DB_URI``, ``MODEL`` and ``SUMMARIZER`` assignments are taken
-out and those names given instead: a fresh schema of the pgvector server (tests/conftest.py
-``pgvector_schema_dsn``), a recording fake chat model and a fake summarizer model. Everything
-else (the pool, ``PostgresSaver``, ``PostgresStore(index=...)`` with the local MiniLM model,
-the two ``setup()`` calls, ``Retrieval`` and ``MemoryMiddleware`` in ``create_agent``) runs as
-written. Two executions of the block are two workers sharing the one database.
+The block is fenced ```python deploying (tests/docs/test_docs_pages.py runs the plain
+```python blocks alone, with no server): here its ``DB_URI``, ``MODEL`` and ``SUMMARIZER``
+assignments are taken out and those names given instead: a fresh schema of the pgvector server
+(tests/conftest.py ``pgvector_schema_dsn``), a recording fake chat model and a fake summarizer
+model. Everything else (the pool, ``PostgresSaver``, ``PostgresStore(index=...)`` with the local
+MiniLM model, the two ``setup()`` calls, ``Retrieval`` and ``MemoryMiddleware`` in
+``create_agent``) runs as written. Two executions of the block are two workers sharing the one
+database.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from langmem_ext import MemoryKey
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DEPLOYING = Path(__file__).resolve().parents[2] / "docs" / "deploying.md"
 SUBSTITUTED = ("DB_URI", "MODEL", "SUMMARIZER")
 HARBOUR = "the harbour was busy and the boats came in late with the tide "
 LOCKER_FACT = "By the way, my locker code at the gym is 4471."
@@ -35,10 +37,10 @@ LOCKER_QUESTION = "What was the combination of my locker at the fitness club?"
 
 
 def deploying_block() -> tuple[int, str]:
-    """(line of its first code line, code) of the README's one ```python deploying block."""
-    text = README.read_text(encoding="utf-8")
+    """(line of its first code line, code) of docs/deploying.md's ```python deploying block."""
+    text = DEPLOYING.read_text(encoding="utf-8")
     found = list(re.finditer(r"```python deploying\n(.*?)```", text, flags=re.S))
-    assert len(found) == 1, "README.md needs exactly one ```python deploying block"
+    assert len(found) == 1, "docs/deploying.md needs exactly one ```python deploying block"
     return text.count("\n", 0, found[0].start(1)) + 1, found[0].group(1)
 
 
@@ -56,7 +58,7 @@ def without_assignments(code: str, names: tuple[str, ...]) -> ast.Module:
             seen.append(target.id)
             continue
         kept.append(node)
-    assert sorted(seen) == sorted(names), f"README block assigns {seen}, expected {names}"
+    assert sorted(seen) == sorted(names), f"the block assigns {seen}, expected {names}"
     tree.body = kept
     return tree
 
@@ -67,7 +69,7 @@ def summary(prompt: list[BaseMessage]) -> str:
 
 
 def run_block(dsn: str, model: RecordingChatModel) -> dict[str, Any]:
-    """Execute the README block as one worker would import it; its namespace."""
+    """Execute the block as one worker would import it; its namespace."""
     line, code = deploying_block()
     tree = without_assignments(code, SUBSTITUTED)
     namespace: dict[str, Any] = {
@@ -78,7 +80,7 @@ def run_block(dsn: str, model: RecordingChatModel) -> dict[str, Any]:
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exec(compile(tree, f"{README}:{line}", "exec"), namespace)
+        exec(compile(tree, f"{DEPLOYING}:{line}", "exec"), namespace)
     return namespace
 
 
@@ -108,7 +110,7 @@ def test_the_substituted_names_are_the_blocks_settings() -> None:
 
 
 @pytest.mark.slow
-def test_readme_deploying_block_serves_a_thread_from_two_workers(
+def test_deploying_block_serves_a_thread_from_two_workers(
     pgvector_schema_dsn: str, minilm_embeddings: Any
 ) -> None:
     """Worker one answers 30 turns (a fact planted in the fourth); the evicted turns are in

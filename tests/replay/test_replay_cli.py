@@ -92,6 +92,18 @@ def test_replay_prints_every_call_and_writes_csv_and_json(
     assert len(csv_path.read_text().splitlines()) == len(calls) + 1
 
 
+def test_replay_without_a_strategy_replays_the_default_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from langmem_ext.replay.cli import DEFAULT_COMPARE, DEFAULT_REPLAY
+
+    assert DEFAULT_REPLAY in DEFAULT_COMPARE
+    code = main(["replay", str(FIXTURES / "openai.json"), "--every", "0", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert [row[0] for row in _table(out)] == [DEFAULT_REPLAY]
+
+
 def test_the_console_script_runs_offline(tmp_path: Path) -> None:
     done = run_python(
         "-m",

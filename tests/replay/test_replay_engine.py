@@ -50,13 +50,21 @@ def test_full_history_replays_every_model_call_with_exact_figures() -> None:
     positions = [i for i, m in enumerate(MESSAGES) if isinstance(m, AIMessage) and i > 0]
     assert [c.position for c in result.calls] == positions == model_calls(MESSAGES)
     previous: list[BaseMessage] = []
+    entry: list[BaseMessage] = []  # the last request that wrote or read the prompt cache
     for c in result.calls:
         history = MESSAGES[: c.position]
         assert c.history_messages == c.view_messages == len(history)
         assert c.history_tokens == c.view_tokens == counter.count_messages(history)
         assert c.output_tokens == counter.count_message(MESSAGES[c.position])
-        # the previous request and its answer are this request's prefix: all of it cached
-        assert c.cached_tokens == (counter.count_messages(previous) if previous else 0)
+        # the cached request is this request's prefix: read at the provider's rules (nothing
+        # under its 1,024-token minimum), the rest written
+        read, written = PRICE.cache_use(
+            c.view_tokens, counter.count_messages(entry) if entry else 0
+        )
+        assert (c.cached_tokens, c.cache_write_tokens) == (read, written)
+        assert (read + written == c.view_tokens) == (c.view_tokens >= 1_024)
+        if c.view_tokens >= 1_024:
+            entry = list(history)
         assert c.prefix_kept == bool(previous)
         assert c.cost == pytest.approx(
             PRICE.cost(input_tokens=c.view_tokens, output_tokens=c.output_tokens)
@@ -175,6 +183,20 @@ def test_spec_values_and_the_shared_counter() -> None:
     assert isinstance(wrapped, Retrieval) and isinstance(wrapped.inner, TokenBudget)
     assert wrapped.config.k == 7 and wrapped.config.max_retrieved_tokens == 500
     assert wrapped.inner.config.max_tokens == 3_000
+
+
+def test_a_retrieval_spec_gets_a_key_of_its_own_or_the_one_given() -> None:
+    from langmem_ext import MemoryKey
+
+    history = MESSAGES[:60]
+    _, own = parse_strategy("retrieval+token_budget:1500", store=InMemoryStore)
+    _, other = parse_strategy("retrieval+token_budget:1500", store=InMemoryStore)
+    assert isinstance(own, Retrieval) and isinstance(other, Retrieval)
+    assert own.config.key is not None and own.config.key != other.config.key
+    assert own.apply(history).report.budget == 1_500  # no key= needed
+    given = MemoryKey(user="ana", session="s1")
+    _, keyed = parse_strategy("retrieval+token_budget:1500", store=InMemoryStore, key=given)
+    assert isinstance(keyed, Retrieval) and keyed.config.key == given
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from langchain_core.messages import (
 )
 
 from langmem_ext.replay.transcripts.reading import (
+    TIME_KEYS,
     Document,
     Loc,
     TranscriptError,
@@ -158,9 +159,13 @@ def parse_anthropic(doc: Document, source: str) -> list[tuple[BaseMessage, Loc]]
             )
         blocks = _anthropic_content(item.get("content", ""), fail)
         if role == "system":
-            out.append((SystemMessage(content=_simplify(blocks)), loc))
+            made: list[BaseMessage] = [SystemMessage(content=_simplify(blocks))]
         elif role == "assistant":
-            out.append((_assistant(blocks, fail), loc))
+            made = [_assistant(blocks, fail)]
         else:
-            out += [(message, loc) for message in _user(blocks, fail)]
+            made = _user(blocks, fail)
+        times = {k: item[k] for k in TIME_KEYS if isinstance(item.get(k), (str, int, float))}
+        for message in made:
+            message.additional_kwargs.update(times)  # when it was said (prompt-cache expiry)
+        out += [(message, loc) for message in made]
     return out

@@ -19,6 +19,7 @@ from langmem_ext.replay.transcripts.limits import loads_bounded
 
 __all__ = [
     "ACCEPTED",
+    "TIME_KEYS",
     "Document",
     "Loc",
     "Transcript",
@@ -40,6 +41,9 @@ ACCEPTED = (
     "anthropic (Messages API {'role', 'content': [blocks]})"
 )
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+#: the fields a message may carry its time in (kept in ``additional_kwargs`` by every format:
+#: the replay's prompt-cache expiry reads them)
+TIME_KEYS = ("timestamp", "created_at", "created", "time")
 
 
 class TranscriptError(LangmemExtError, ValueError):
