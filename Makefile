@@ -1,14 +1,16 @@
 # Two commands do all set-up on a fresh machine (they create .venv and install into it):
 #   make demo    run the main job: a tool-using agent with memory on SQLite (examples/agent.py)
-#   make test    run the whole test suite
-# Also: make lint (ruff + mypy), make bench (benchmarks), make ci (what .ci/run runs).
+#   make test    run the tests, fast profile: the slowest ones (tests/slow_tests.txt) left
+#                out, 60 hypothesis examples a property; with CI=true everything, as CI
+# Also: make test-full (every test, 500 examples, as CI), make lint (ruff + mypy),
+# make bench (benchmarks), make ci (what .ci/run runs).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-production ci clean
+.PHONY: demo test test-full lint bench bench-production ci clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +27,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python examples/agent.py
 
+# LANGMEM_EXT_FAST_TESTS is ignored under CI=true or LANGMEM_EXT_FULL_TESTS=1 (tests/conftest.py)
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	LANGMEM_EXT_FAST_TESTS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-full: $(STAMP)
+	LANGMEM_EXT_FULL_TESTS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check langmem_ext tests bench scripts examples
@@ -51,7 +57,7 @@ bench-production: $(STAMP)
 	$(BIN)/python -m bench.soak $(BENCH_ARGS)
 	$(BIN)/python -m bench.worker_rss $(BENCH_ARGS)
 
-ci: lint test
+ci: lint test-full
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis

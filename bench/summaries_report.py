@@ -52,8 +52,8 @@ def _verdict_lines(results: dict[str, Any], cfg: Any, conv: Any, meta: Any) -> l
         f"tool's summary budget (langmem_ext: `config.max_summary_tokens`; langmem "
         f"`max_summary_tokens={cfg['max_summary_tokens']:,}`; the middleware has no summary "
         f"budget and gets the same {int(cfg['max_summary_tokens'] * cfg['summary_fill'])}-token "
-        "answers). It records every `m<N>:` marker in its input (each message's text starts "
-        "with its marker).",
+        "answers; below 4,000 tokens every summary budget is a quarter of max_tokens). It "
+        "records every `m<N>:` marker in its input (each message's text starts with its marker).",
         "",
         "## Verdicts (langmem_ext targets)",
         "",
@@ -91,7 +91,8 @@ def _work_lines(conv: Any, tools: Any) -> list[str]:
         "*Never summarized*: messages that left the model's view and whose marker the summarizer "
         "never read. *Left before read*: left the view before the summarizer had read them (read "
         "later or never). *Read twice+*: messages whose marker was in the input of more than one "
-        "summarizer call.",
+        "summarizer call. *Per 100 model calls*: summarizer calls per 100 calls of the loop (a "
+        "small budget folds often: `FoldRateWarning` speaks above 33).",
         "",
     ]
     rows = []
@@ -101,6 +102,7 @@ def _work_lines(conv: Any, tools: Any) -> list[str]:
             [
                 _name(t),
                 f"{s['calls']:,}",
+                f"{100 * s['calls'] / max(t['model_calls'], 1):.1f}",
                 f"{s['input_tokens']:,}",
                 f"{s['input_ratio']:.3f}x",
                 f"{s['messages_read']:,} / {conv['messages']:,}",
@@ -113,6 +115,7 @@ def _work_lines(conv: Any, tools: Any) -> list[str]:
         [
             "tool @ max_tokens",
             "summarizer calls",
+            "per 100 model calls",
             "input tokens",
             "input ÷ conversation",
             "messages read",

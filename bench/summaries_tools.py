@@ -61,6 +61,12 @@ class Tool:
 HYSTERESIS_TARGET = (5, 8)
 
 
+def summary_budget(budget: int, config: ToolSettings) -> int:
+    """Every tool's summary budget at ``budget``: ``config.max_summary_tokens``, at most a quarter
+    of the budget (a 1,000-token summary leaves no room to fold into at 2,000)."""
+    return min(config.max_summary_tokens, budget // 4)
+
+
 def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
     from langmem_ext import (
         ApproximateCounter,
@@ -84,7 +90,7 @@ def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
         strategy = SummaryBuffer(
             budget,
             summarizer=fake,
-            max_summary_tokens=config.max_summary_tokens,
+            max_summary_tokens=summary_budget(budget, config),
             counter=ApproximateCounter(),
         )
     elif kind == "Compacting":
@@ -93,17 +99,17 @@ def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
         strategy = TieredSummary(
             budget,
             summarizer=fake,
-            max_summary_tokens=config.max_summary_tokens,
+            max_summary_tokens=summary_budget(budget, config),
             counter=ApproximateCounter(),
         )
-    summary_budget = getattr(strategy.config, "max_summary_tokens", 0)
-    fake.summary_tokens = int(summary_budget * config.summary_fill)
+    summary_tokens = getattr(strategy.config, "max_summary_tokens", 0)
+    fake.summary_tokens = int(summary_tokens * config.summary_fill)
     tool = Tool(
         key=f"langmem_ext_{kind}_{budget}",
         family="langmem_ext",
         label=f"langmem_ext {kind}" + (" (target 5/8)" if kind == "TokenBudget" else ""),
         max_tokens=budget,
-        summary_budget=summary_budget,
+        summary_budget=summary_tokens,
         fake=fake,
         step=lambda history: history,
         strategy=strategy,
@@ -122,18 +128,18 @@ def _langmem_ext_tool(kind: str, budget: int, config: ToolSettings) -> Tool:
     return tool
 
 
-def _other_library_fake(config: ToolSettings) -> MarkerTrackingSummarizer:
+def _other_library_fake(budget: int, config: ToolSettings) -> MarkerTrackingSummarizer:
     """The fake summarizer of the langmem and langchain tools: both get the same summary size,
-    ``summary_fill`` of ``config.max_summary_tokens``."""
+    ``summary_fill`` of the summary budget."""
     return MarkerTrackingSummarizer(
-        summary_tokens=int(config.max_summary_tokens * config.summary_fill)
+        summary_tokens=int(summary_budget(budget, config) * config.summary_fill)
     )
 
 
 def _langmem_tool(budget: int, config: ToolSettings) -> Tool:
     from langmem.short_term import RunningSummary, summarize_messages
 
-    fake = _other_library_fake(config)
+    fake = _other_library_fake(budget, config)
     model = FakeChatModel(fake=fake)
     running: list[RunningSummary | None] = [None]
 
@@ -143,7 +149,7 @@ def _langmem_tool(budget: int, config: ToolSettings) -> Tool:
             running_summary=running[0],
             model=model,
             max_tokens=budget,
-            max_summary_tokens=config.max_summary_tokens,
+            max_summary_tokens=summary_budget(budget, config),
             token_counter=count_tokens_approximately,
         )
         if result.running_summary is not None:  # as the docs' example keeps it in state
@@ -155,7 +161,7 @@ def _langmem_tool(budget: int, config: ToolSettings) -> Tool:
         family="langmem",
         label="langmem summarize_messages",
         max_tokens=budget,
-        summary_budget=config.max_summary_tokens,
+        summary_budget=summary_budget(budget, config),
         fake=fake,
         step=step,
     )
@@ -165,7 +171,7 @@ def _middleware_tool(budget: int, config: ToolSettings) -> Tool:
     from langchain.agents.middleware import SummarizationMiddleware
     from langgraph.graph.message import add_messages
 
-    fake = _other_library_fake(config)
+    fake = _other_library_fake(budget, config)
     middleware: SummarizationMiddleware[Any, Any, Any] = SummarizationMiddleware(
         FakeChatModel(fake=fake), trigger=("tokens", budget)
     )
@@ -191,7 +197,7 @@ def _middleware_tool(budget: int, config: ToolSettings) -> Tool:
         family="langchain",
         label="langchain SummarizationMiddleware",
         max_tokens=budget,
-        summary_budget=config.max_summary_tokens,
+        summary_budget=summary_budget(budget, config),
         fake=fake,
         step=step,
         extra={

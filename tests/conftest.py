@@ -1,5 +1,14 @@
-"""Test setup: offline tiktoken, hypothesis profiles, shared fixtures, and the repository root on
-``sys.path`` (``bench`` is a top-level folder, not part of the installed package)."""
+"""Test setup: offline tiktoken, test and hypothesis profiles, shared fixtures, and the repository
+root on ``sys.path`` (``bench`` is a top-level folder, not part of the installed package).
+
+Two profiles. The full one (``CI=true`` or ``LANGMEM_EXT_FULL_TESTS=1``, and a plain ``pytest``)
+runs every test with the ``ci`` hypothesis profile. The fast one (``LANGMEM_EXT_FAST_TESTS=1``,
+which ``make test`` sets) deselects the tests ``tests/slow_tests.txt`` lists and the ones marked
+``slow`` in their file, and defaults to the ``fast`` hypothesis profile (60 examples, and no
+more for a property whose own ``@settings`` asks for more). Every listed test is marked ``slow``
+in both, so ``-m slow`` / ``-m "not slow"`` select them by hand; an explicit ``-m`` in the fast
+profile replaces its deselection. ``HYPOTHESIS_PROFILE`` always wins.
+"""
 
 from __future__ import annotations
 
@@ -33,16 +42,97 @@ def _seed_tiktoken() -> None:
 
 _seed_tiktoken()
 
-# >= 500 examples per property in CI (and by default); `HYPOTHESIS_PROFILE=dev` for quick runs.
+SLOW_TESTS = Path(__file__).resolve().parent / "slow_tests.txt"
+
+
+def full_run() -> bool:
+    """Whether this run is the full suite: ``CI=true`` or ``LANGMEM_EXT_FULL_TESTS=1`` (both
+    override ``LANGMEM_EXT_FAST_TESTS``), or the fast profile was not asked for."""
+    if os.environ.get("CI") == "true" or os.environ.get("LANGMEM_EXT_FULL_TESTS") == "1":
+        return True
+    return os.environ.get("LANGMEM_EXT_FAST_TESTS") != "1"
+
+
+# >= 500 examples per property in the full run (CI's); 60 in the fast one (`make test`).
+# `HYPOTHESIS_PROFILE=dev` (60) or `fast` picks one by hand.
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile(
-    "ci",
-    max_examples=500,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
+    "ci", max_examples=500, deadline=None, suppress_health_check=_HEALTH, print_blob=True
 )
 settings.register_profile("dev", max_examples=60, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+settings.register_profile(
+    "fast", max_examples=60, deadline=None, suppress_health_check=_HEALTH, print_blob=True
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if full_run() else "fast"))
+
+
+def read_slow_tests(path: Path = SLOW_TESTS) -> dict[str, str]:
+    """``{node id prefix: reason}`` from ``path``: one ``PREFIX  # REASON`` a line, blank lines
+    and lines starting with ``#`` skipped. Raises ``pytest.UsageError`` on a line with no reason
+    or a prefix given twice."""
+    entries: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        prefix, _, reason = (part.strip() for part in line.partition(" # "))
+        if not prefix or not reason or " " in prefix:
+            raise pytest.UsageError(
+                f"{path.name}:{number}: expected 'NODE_ID_PREFIX  # REASON', got {line!r}"
+            )
+        if prefix in entries:
+            raise pytest.UsageError(f"{path.name}:{number}: {prefix!r} is listed twice")
+        entries[prefix] = reason
+    return entries
+
+
+def matches_prefix(nodeid: str, prefix: str) -> bool:
+    """Whether ``prefix`` names ``nodeid`` or a folder, file, class or test that holds it:
+    ``tests/x.py::test_a`` names ``tests/x.py::test_a[1]`` but not ``tests/x.py::test_ab``."""
+    if nodeid == prefix:
+        return True
+    if not nodeid.startswith(prefix):
+        return False
+    return prefix.endswith(("/", "::")) or nodeid[len(prefix)] in "/:["
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests ``tests/slow_tests.txt`` lists ``slow``; in the fast profile, deselect
+    every ``slow`` test unless ``-m`` was given."""
+    entries = read_slow_tests()
+    for item in items:
+        reason = next((r for p, r in entries.items() if matches_prefix(item.nodeid, p)), None)
+        if reason is not None:
+            item.add_marker(pytest.mark.slow(reason=reason))
+    if full_run():
+        return
+    cap_examples(items, settings().max_examples)
+    if config.getoption("markexpr", ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+def cap_examples(items: list[pytest.Item], cap: int) -> None:
+    """Fast profile only: a property whose own ``@settings`` asks for more than the profile's
+    ``max_examples`` runs that many. Hypothesis reads a test's settings when it is called, from
+    an attribute it does not document: if a version renames it, nothing is capped."""
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if hasattr(test, "hypothesis") and isinstance(own, settings) and own.max_examples > cap:
+            test._hypothesis_internal_use_settings = settings(own, max_examples=cap)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if full_run():
+        return "langmem_ext test profile: full (every test)"
+    return (
+        "langmem_ext test profile: fast (tests marked slow and those in tests/slow_tests.txt "
+        "deselected; `make test-full` or LANGMEM_EXT_FULL_TESTS=1 runs everything)"
+    )
 
 
 @pytest.fixture(scope="session")
