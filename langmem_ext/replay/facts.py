@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from langmem_ext.errors import LangmemExtError
-from langmem_ext.replay.transcripts.limits import read_bounded
+from langmem_ext.replay.transcripts.limits import read_text_bounded
 
 __all__ = ["FactError", "FactRecord", "FactTracker", "detect_facts", "message_text", "read_facts"]
 
@@ -79,11 +79,9 @@ def read_facts(path: str | os.PathLike[str]) -> list[str]:
     """The facts of a file: one a line, blank lines and lines starting with ``#`` left out,
     each once (first spelling kept). Raises :class:`FactError` naming the file."""
     source = os.fspath(path)
-    raw = read_bounded(source, _MAX_FACT_FILE, lambda problem: FactError(f"{source}: {problem}"))
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise FactError(f"{source}: not UTF-8 text (at byte offset {exc.start})") from None
+    text = read_text_bounded(
+        source, _MAX_FACT_FILE, lambda problem: FactError(f"{source}: {problem}")
+    )
     facts = _unique(
         line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
     )

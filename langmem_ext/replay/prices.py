@@ -38,7 +38,11 @@ from importlib import resources
 from typing import Any
 
 from langmem_ext.errors import LangmemExtError
-from langmem_ext.replay.transcripts.limits import DEFAULT_MAX_BYTES, loads_bounded, read_bounded
+from langmem_ext.replay.transcripts.limits import (
+    DEFAULT_MAX_BYTES,
+    loads_bounded,
+    read_text_bounded,
+)
 
 __all__ = ["ModelPrice", "PriceError", "Prices", "load_prices"]
 
@@ -193,11 +197,7 @@ def load_prices(
     if path is None:
         return Prices(models)
     source = os.fspath(path)
-    raw = read_bounded(source, max_bytes, lambda problem: PriceError(f"{source}: {problem}"))
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise PriceError(f"{source}: not UTF-8 text (at byte offset {exc.start})") from None
+    text = read_text_bounded(source, max_bytes, lambda problem: PriceError(f"{source}: {problem}"))
 
     def fail(problem: str, line: int | None) -> PriceError:
         return PriceError(f"{source}{'' if line is None else f' line {line}'}: {problem}")

@@ -4,14 +4,11 @@ offline, and prints what its comments say (the README's rule: a ``# ...`` line r
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
-import warnings
 from pathlib import Path
 
 import pytest
-from doc_examples import expected_lines
+from doc_examples import expected_lines, run_alone
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "observing.md"
 
@@ -23,16 +20,6 @@ def blocks() -> list[tuple[int, str]]:
         (text.count("\n", 0, match.start(1)) + 1, match.group(1))
         for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S)
     ]
-
-
-def run_alone(code: str, where: str) -> str:
-    """Run ``code`` in a fresh namespace, as a user pasting the block alone would; its stdout."""
-    namespace: dict[str, object] = {"__name__": "__main__"}
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        exec(compile(code, where, "exec"), namespace)
-    return buffer.getvalue()
 
 
 def test_the_page_shows_every_way_to_see_the_report() -> None:

@@ -20,7 +20,13 @@ from typing import Any
 from langmem_ext.core.checks import require_int
 from langmem_ext.core.text import json_too_deep
 
-__all__ = ["DEFAULT_MAX_BYTES", "MAX_JSON_DEPTH", "loads_bounded", "read_bounded"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_JSON_DEPTH",
+    "loads_bounded",
+    "read_bounded",
+    "read_text_bounded",
+]
 
 #: the largest transcript file read by default (``max_bytes``; the CLI's ``--max-bytes``)
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -119,3 +125,15 @@ def read_bounded(
     if len(data) > max_bytes:
         raise fail(f"grew past {max_bytes:,} bytes while read, {limit}")
     return data
+
+
+def read_text_bounded(
+    path: str | os.PathLike[str], max_bytes: int, fail: Callable[[str], Exception]
+) -> str:
+    """:func:`read_bounded`, decoded as UTF-8 (a byte-order mark dropped); text that is not
+    UTF-8 goes through ``fail`` too, with the offset of its first bad byte."""
+    raw = read_bounded(path, max_bytes, fail)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise fail(f"not UTF-8 text (at byte offset {exc.start})") from None
