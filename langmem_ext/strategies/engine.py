@@ -370,25 +370,25 @@ FOLD_RATE_WINDOW = 30
 class _FoldRate:
     """Which of a strategy's recent calls folded; warns once when more than a third did."""
 
-    __slots__ = ("recent", "warned")
+    __slots__ = ("folds", "recent", "warned")
 
     def __init__(self) -> None:
         self.recent: deque[bool] = deque(maxlen=FOLD_RATE_WINDOW)
+        self.folds = 0  # how many of ``recent`` folded
         self.warned = False
 
     def add(self, strategy: Strategy, folded: bool) -> None:
+        if len(self.recent) == FOLD_RATE_WINDOW:
+            self.folds -= self.recent[0]  # the call that leaves the window
         self.recent.append(folded)
-        if self.warned or len(self.recent) < FOLD_RATE_WINDOW:
-            return
-        folds = sum(self.recent)
-        if folds * 3 <= FOLD_RATE_WINDOW:
+        self.folds += folded
+        if self.warned or len(self.recent) < FOLD_RATE_WINDOW or self.folds * 3 <= FOLD_RATE_WINDOW:
             return
         self.warned = True
-        name = type(strategy).__name__
         message = (
-            f"{name} folded on {folds} of its last {FOLD_RATE_WINDOW} calls, a summarizer call "
-            "each: each fold frees too little of the budget. Raise max_tokens, or fold deeper "
-            "(a lower target_tokens / target_ratio, a smaller summary share), or use a trimming "
-            "strategy. Shown once per strategy."
+            f"{type(strategy).__name__} folded on {self.folds} of its last {FOLD_RATE_WINDOW} "
+            "calls, a summarizer call each: each fold frees too little of the budget. Raise "
+            "max_tokens, or fold deeper (a lower target_tokens / target_ratio, a smaller summary "
+            "share), or use a trimming strategy. Shown once per strategy."
         )
         warnings.warn(message, FoldRateWarning, stacklevel=4)
