@@ -2,7 +2,8 @@
 HNSW index against exact search, and the first call of a fresh worker.
 
 Run ``python -m bench.pgvector_scale`` from the repository root (``--quick`` for a smoke run,
-``--million`` to add 1M stored turns in the ``spread`` layout, ``--largest N`` to add N instead,
+``--million`` to add 1M stored turns in the ``spread`` layout, ``--largest N`` (repeatable) to add
+N instead,
 ``--resume JSON`` to keep the cells an earlier results file has, ``--out DIR``). It writes
 ``bench/results/pgvector_scale.md`` and ``.json`` (rewritten after every cell too, marked partial,
 so a run stopped during its largest cell keeps the smaller ones). The server is an embedded
@@ -86,7 +87,15 @@ from bench.pgvector_data import (
     vocabulary,
 )
 
-__all__ = ["FULL", "QUICK", "PgvectorScaleConfig", "main", "run_pgvector_scale", "write_results"]
+__all__ = [
+    "FULL",
+    "QUICK",
+    "PgvectorScaleConfig",
+    "full_config",
+    "main",
+    "run_pgvector_scale",
+    "write_results",
+]
 
 #: the goals this benchmark reports against
 LATENCY_GOAL_MS = 25.0
@@ -901,6 +910,21 @@ def render_markdown(results: dict[str, Any]) -> str:
 write_results = harness.results_writer(render_markdown)
 
 
+def full_config(args: list[str]) -> PgvectorScaleConfig:
+    """The full-mode config of a command line: ``--million`` adds 1M turns, each ``--largest N``
+    adds N turns (the ``spread`` layout carries them), smallest first; both are removed from
+    ``args``."""
+    full = FULL
+    if "--million" in args:
+        args.remove("--million")
+        full = replace(full, sizes=(*full.sizes, GOAL_TURNS))
+    while "--largest" in args[:-1]:
+        at = args.index("--largest")
+        full = replace(full, sizes=(*full.sizes, int(args[at + 1])))
+        del args[at : at + 2]
+    return replace(full, sizes=tuple(sorted(set(full.sizes))))  # smallest first, once each
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     command = shlex.join(["python", "-m", "bench.pgvector_scale", *args])
@@ -909,14 +933,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["--fresh-worker"]:
         print(json.dumps(fresh_worker_main(args[1])))
         return 0
-    full = FULL
-    if "--million" in args:
-        args.remove("--million")
-        full = replace(FULL, sizes=(*FULL.sizes, GOAL_TURNS))
-    if "--largest" in args[:-1]:  # --largest N: the largest size is N turns (spread)
-        at = args.index("--largest")
-        full = replace(FULL, sizes=(*FULL.sizes, int(args[at + 1])))
-        del args[at : at + 2]
+    full = full_config(args)
     resume = None
     if "--resume" in args[:-1]:  # --resume JSON: keep that run's cells of the plan
         at = args.index("--resume")

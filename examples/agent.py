@@ -3,8 +3,9 @@
 Runs a long scripted conversation through ``langchain.agents.create_agent`` with
 ``MemoryMiddleware(SummaryBuffer(...), mode="rewrite")`` and a ``SqliteSaver`` checkpointer, and
 prints per turn: the messages kept in the graph state, the size of the memory state, the view the
-model got (its size, and its shape, e.g. ``[System+summary, Human, AI(tool_calls), Tool, AI,
-Human]``), each compaction (a fold into the summary) and the summary text whenever it changes.
+model got (its size, and its shape by :func:`~langmem_ext.core.shape.view_shape`, e.g.
+``S+ 2×(HcTA) HA H``: the system message with the summary, two order look-ups, an answer, the new
+question), each compaction (a fold into the summary) and the summary text whenever it changes.
 
 With ``OPENAI_API_KEY`` or ``ANTHROPIC_API_KEY`` set it uses a real model; otherwise a scripted
 offline model that calls the tool now and then, so the demo needs no key and no network.
@@ -36,7 +37,6 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
-    SystemMessage,
     ToolMessage,
 )
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -44,6 +44,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langmem_ext import ApproximateCounter, MemoryState, SummaryBuffer
+from langmem_ext.core.shape import SHAPE_LEGEND, view_shape
 from langmem_ext.integrations.agents import (
     MemoryMiddleware,  # also `from langmem_ext import MemoryMiddleware`
 )
@@ -132,45 +133,6 @@ class ViewRecorder(BaseCallbackHandler):
         self.view = list(messages[0])
 
 
-def label(message: BaseMessage) -> str:
-    """``System+summary``, ``Human``, ``AI(tool_calls)``, ``Tool``, ``AI``, ..."""
-    text = message.content if isinstance(message.content, str) else str(message.content)
-    summary = "<conversation_summary>" in text
-    if isinstance(message, SystemMessage):
-        return "System+summary" if summary else "System"
-    if isinstance(message, HumanMessage):
-        if summary:
-            return "Human(summary)"  # placement="human"
-        return "Retrieved" if message.id == "langmem_ext:retrieved" else "Human"
-    if isinstance(message, AIMessage):
-        return "AI(tool_calls)" if message.tool_calls else "AI"
-    if isinstance(message, ToolMessage):
-        return "Tool"
-    return type(message).__name__
-
-
-def shape(view: list[BaseMessage]) -> str:
-    """What the model got, e.g. ``[System+summary, Human, AI(tool_calls), Tool, AI, Human]``.
-
-    Consecutive turns of the same shape are written once with a count (``3 × (Human, AI)``), so
-    a long view stays on one line."""
-    turns: list[list[str]] = []
-    for message in view:
-        name = label(message)
-        if not turns or name.startswith(("Human", "Retrieved", "System")):
-            turns.append([name])
-        else:
-            turns[-1].append(name)
-    parts: list[str] = []
-    for turn, group in itertools.groupby(turns):
-        count = len(list(group))
-        if count == 1 or len(turn) == 1:
-            parts += turn * count
-        else:
-            parts.append(f"{count} × ({', '.join(turn)})")
-    return "[" + ", ".join(parts) + "]"
-
-
 def compare_command() -> str:
     """How to run ``langmem-ext compare`` with this interpreter's installation: the script next to
     the interpreter (``.venv/bin/langmem-ext`` from the repository root), else ``python -m``."""
@@ -227,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"checkpoints of thread {THREAD!r} in {db}")
     print(
         "columns: messages in the graph state; the memory state's size (the `memory` channel as "
-        "JSON, bytes); the model's view (messages, tokens)"
+        "JSON, bytes); the model's view (messages, tokens), then its shape"
     )
+    print(f"view {SHAPE_LEGEND}")
     print(
         f"{'turn':>4} {'state msgs':>10} {'memory bytes':>12} {'view msgs':>9} "
         f"{'view tokens':>11}  event"
@@ -249,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{turn:>4} {len(out['messages']):>10} {len(memory.to_json()):>12} "
             f"{len(view):>9} {counter.count_messages(view):>11}  {event}".rstrip()
         )
-        print(f"{'':>6}view: {shape(view)}")
+        print(f"{'':>6}view: {view_shape(view)}")
         text = "\n\n".join(memory.sections.values())
         if text != summary:
             summary = text

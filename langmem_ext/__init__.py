@@ -7,6 +7,7 @@ retrieve so that every request is valid for the provider and within budget.
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import Finding, Unit, is_valid, repair, split_units, validate
 from langmem_ext.core.result import MemoryReport, MemoryResult
+from langmem_ext.core.shape import SHAPE_LEGEND, view_shape
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.anthropic import AnthropicCounter
@@ -60,6 +61,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_SUMMARY_CHECKS",
+    "SHAPE_LEGEND",
     "AnthropicCounter",
     "ApproximateCounter",
     "CachedCounter",
@@ -116,6 +118,7 @@ __all__ = [
     "repair",
     "split_units",
     "validate",
+    "view_shape",
 ]
 
 

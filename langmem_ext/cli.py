@@ -23,10 +23,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-
 from langmem_ext.core.messages import validate
 from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.shape import SHAPE_LEGEND, view_shape
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.counting.resolve import as_counter
 from langmem_ext.errors import ContextOverflowError, LangmemExtError
@@ -44,21 +43,6 @@ DEFAULT_RESERVE_TOKENS = 500
 
 class CliError(Exception):
     """A message for the user (no traceback): printed as ``langmem-ext: error: ...``, exit 2."""
-
-
-_LETTER = {SystemMessage: "S", HumanMessage: "H", AIMessage: "A", ToolMessage: "T"}
-
-
-def shape(messages: Sequence[BaseMessage], limit: int = 28) -> str:
-    """A compact picture of a view: S system, H human, A assistant, T tool result, c a call."""
-    letters = []
-    for m in messages:
-        letter = _LETTER.get(type(m), "?")
-        if isinstance(m, AIMessage) and m.tool_calls:
-            letter = "c"
-        letters.append(letter)
-    text = "".join(letters)
-    return text if len(text) <= limit else f"{text[:3]}…{text[-(limit - 4) :]}"
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -153,11 +137,11 @@ def _demo(args: argparse.Namespace) -> int:
         f"{args.messages:,} messages, counter {budget.counter!r}"
     )
     print(f"  {budget!r}   vs   {window!r}")
-    print("  view shapes: S system, H human, A assistant, c assistant calling tools, T tool result")
+    print(f"  {SHAPE_LEGEND}")
     print()
     header = (
-        f"{'call':>5} {'history':>8} {'hist tok':>9} | {'budget view':<28} {'msgs':>4} "
-        f"{'tokens':>7} {'cache':>5} | {'window view':<20} {'tokens':>7}"
+        f"{'call':>5} {'history':>8} {'hist tok':>9} | {'budget view':<32} {'msgs':>4} "
+        f"{'tokens':>7} {'cache':>5} | {'window view':<22} {'tokens':>7}"
     )
     print(header)
     print("-" * len(header))
@@ -180,10 +164,11 @@ def _demo(args: argparse.Namespace) -> int:
         last_b = b
         if args.every and (calls - 1) % args.every == 0:
             mark = "=" if b.report.prefix_kept else "*"
+            b_shape, w_shape = view_shape(b.messages, width=32), view_shape(w.messages, width=22)
             print(
                 f"{calls:>5} {len(history):>8,} {b.report.tokens_before:>9,} | "
-                f"{shape(b.messages):<28} {len(b.messages):>4} {b.report.tokens_after:>7,} "
-                f"{mark:>5} | {shape(w.messages, 20):<20} {w.report.tokens_after:>7,}"
+                f"{b_shape:<32} {len(b.messages):>4} {b.report.tokens_after:>7,} "
+                f"{mark:>5} | {w_shape:<22} {w.report.tokens_after:>7,}"
             )
     print()
     if last_b is None:

@@ -130,27 +130,19 @@ def _fold_boundary(
     a fold due now keeps whole (the turn may end first; the next request then stops before it,
     and the fold's messages would be summarized again). When even the newest ``min_messages``
     of the turn cannot fit ``hard_room`` (the whole budget; a huge tool result), every round but
-    the newest unit is folded instead, so nothing is hidden unread."""
+    the newest unit is folded instead, so nothing is hidden unread. With ``hard_room`` (a fold,
+    not the clip tier), ``min_messages`` reaching back past the newest human turn is kept only
+    while it fits the room of a fold due now: otherwise the turns before the newest are folded,
+    so that each fold frees its share of the budget."""
     config = turn.config
     units = iter_units_reverse(turn.messages, turn.boundary)
     walk = Walk(units if shown is None else map(shown, units), turn.counter.count_message)
     scan = _scan_newest_turn(walk, config)
-    human, anchor, required = scan.human, scan.anchor, scan.required
+    human = scan.human
     rounds, oldest_round = scan.rounds, scan.oldest_round
-    if required is None:
-        # no older unit may lead a view (the unfolded part starts inside a folded turn):
-        # min_messages is best-effort, as in select_view
-        required = anchor
-    elif (
-        hard_room is not None
-        and anchor is not None
-        and required != anchor
-        and walk.cum_tokens[required] > hard_room
-    ):
-        # the newest min_messages cannot be shown with the summary at any budget left: the view
-        # would hold fewer of them (min_messages is best-effort) and hide the rest unread, so
-        # fold them instead, down to the newest human turn
-        required = anchor
+    # a fold's boundary (not the clip tier's, which keeps min_messages) judged at a due fold's room
+    due = None if hard_room is None else (room if turn_room is None else turn_room)
+    required = _required_start(walk, scan, due)
 
     def fits(position: int, extra: int = 0, within: int = room) -> bool:
         return walk.cum_tokens[position] + extra <= within and (
@@ -170,6 +162,23 @@ def _fold_boundary(
     if required is None:
         return turn.boundary
     return _oldest_fitting_start(walk, required, fits, config.start_on)
+
+
+def _required_start(walk: Walk, scan: _NewestTurn, due_room: int | None) -> int | None:
+    """The oldest walk position every view must keep: the unit leading the newest human turn,
+    or further back while the newest ``min_messages`` need it. With ``due_room`` (a fold's
+    boundary), ``min_messages`` reaching back past the newest human turn that do not fit it are
+    given up: held, they would leave the fold almost nothing to free (a fold on every call at
+    a small budget) or, past the whole budget, be hidden unread. So a fold frees its share: the
+    turns before the newest one are folded (``min_messages`` is kept while it fits)."""
+    required, anchor = scan.required, scan.anchor
+    if required is None:
+        # no older unit may lead a view (the unfolded part starts inside a folded turn):
+        # min_messages is best-effort, as in select_view
+        return anchor
+    if due_room is not None and anchor is not None and walk.cum_tokens[required] > due_room:
+        return anchor
+    return required
 
 
 def _oldest_fitting_start(

@@ -154,9 +154,10 @@ class Comparison:
         return _write(json.dumps(data, indent=1) + "\n", target)
 
     def plot(self, path: str | os.PathLike[str] | None = None, *, title: str | None = None) -> Any:
-        """Four panels: view tokens per call (summary events marked), cumulative input tokens,
-        cumulative cost with and without prompt caching, and the share of each view served
-        from the prompt cache. Saved as PNG at ``path`` when given; returns the matplotlib
+        """Small multiples: one panel per replay with the tokens the model sees per call (its
+        budget dotted, the whole history in grey behind it, summary events marked), and a row of
+        bars with each replay's cost with and without prompt caching, its prefix kept and its
+        prompt-cache share. Saved as PNG at ``path`` when given; returns the matplotlib
         figure. Needs matplotlib (``pip install 'langmem-ext[experiment]'``)."""
         if title is None and self.source:
             title = f"{self.source}: {self.transcript_messages:,} messages"

@@ -327,9 +327,10 @@ class _Summarizing(Strategy, Folding):
                 f"({fold['trigger_tokens']:,}, from max_tokens={max_tokens:,}): raise max_tokens "
                 "or lower max_summary_tokens"
             )
-        if fold.get("target_tokens") is None:  # default: half-way from the summary to the top
-            fold["target_tokens"] = (
-                max_summary_tokens + (fold["trigger_tokens"] - max_summary_tokens) // 2
+        if fold.get("target_tokens") is None:  # default: half the trigger (see SummaryBuffer)
+            trigger = fold["trigger_tokens"]
+            fold["target_tokens"] = max(
+                trigger // 2, max_summary_tokens + (trigger - max_summary_tokens) // 4
             )
         elif fold["target_tokens"] <= max_summary_tokens:
             raise ValueError(
@@ -438,7 +439,7 @@ _SUMMARIZING_ARGS_DOC = """
         counter: how tokens are counted, as for :class:`TokenBudget` (default: approximate).
         reserve_tokens: room held back for tool schemas and the model's output.
         safety_margin: share of ``max_tokens`` held back for counter error.
-        min_messages: recent messages always kept verbatim.
+        min_messages: recent messages kept verbatim while they fit the fold target.
         policy: a :class:`~langmem_ext.strategies.options.FoldPolicy` (default: its defaults):
             where the summary goes (``placement``), what gives when it cannot fit
             (``overflow``), a message-count trigger (``max_messages``, ``keep_messages``), the
@@ -479,16 +480,19 @@ class SummaryBuffer(_Summarizing):
     The successor of LangChain's ``ConversationSummaryBufferMemory``: when the view (system
     message, summary, recent messages) would pass ``max_tokens``, the oldest whole units are
     folded into the summary until the view, with a full-size summary, fits ``target_tokens``
-    (default: half-way between ``max_summary_tokens`` and ``max_tokens``). Between folds the
-    summary, and with it the prompt prefix, does not change. Each message is folded exactly once,
-    and the previous summary is always part of the next fold's input.
+    (default: half of ``max_tokens``, as :class:`Compacting`; at least a quarter of the way from
+    ``max_summary_tokens`` to ``max_tokens``), so each fold frees a fixed share of the budget and
+    folds stay rare. Between folds the summary, and with it the prompt prefix, does not change.
+    Each message is folded exactly once, and the previous summary is always part of the next
+    fold's input.
 
     Args:
         max_tokens: what the whole request may cost (system, summary, messages, reserve).
         max_summary_tokens: the summary's budget (default: the Summarizer's, or
             ``max_tokens // 4`` up to 1,000).
         target_tokens: the level a fold goes down to.
-        min_messages: recent messages always kept verbatim (2).
+        min_messages: recent messages kept verbatim (2) while they fit ``target_tokens``;
+            a fold never goes into the newest human turn.
         start_on, keep_system: as for :class:`TokenBudget`.
     """
 
@@ -526,7 +530,7 @@ class Compacting(_Summarizing):
         max_tokens: the request budget.
         summary_ratio: share of ``max_tokens`` for the summary (0.10).
         safety_margin: share of ``max_tokens`` held back for counter error (0.15).
-        min_messages: recent messages always kept verbatim (5).
+        min_messages: recent messages kept verbatim (5) while they fit the fold target.
         target_ratio: share of ``max_tokens`` a fold goes down to (0.5).
     """
 
@@ -585,7 +589,7 @@ class TieredSummary(_Summarizing):
         observation_tokens: tokens each text of a digest keeps (48).
         max_summary_tokens: the summary's budget (default: the Summarizer's, or
             ``max_tokens // 4`` up to 1,000).
-        min_messages: recent messages always kept verbatim (5).
+        min_messages: recent messages kept verbatim (5) while they fit the fold target.
     """
 
     __doc__ = (__doc__ or "") + _SUMMARIZING_DOC

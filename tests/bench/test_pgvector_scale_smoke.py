@@ -59,3 +59,13 @@ def test_quick_run_reports_every_cell(tmp_path: Path) -> None:
     assert "local" in results["cells"][0] and "local" not in results["cells"][1]
     assert len(results["goals"]) == 3
     assert "## Recall@10" in md and "deterministic hashing embedder" in md
+
+
+def test_the_command_line_adds_every_largest_size_and_the_million() -> None:
+    from bench.pgvector_scale import FULL, full_config
+
+    args = ["--largest", "300000", "--million", "--largest", "2000000", "--resume", "r.json"]
+    config = full_config(args)
+    assert config.sizes == (*FULL.sizes, 300_000, 1_000_000, 2_000_000)
+    assert args == ["--resume", "r.json"]
+    assert full_config([]).sizes == FULL.sizes

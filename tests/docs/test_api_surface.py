@@ -6,7 +6,8 @@ when a name is exported by accident, or when the README documents a name that do
 Adding a public name is a decision: add it to ``EXPECTED`` here, in the same change (the
 provider counters added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex; the
 summary checks added DEFAULT_SUMMARY_CHECKS, SummaryCheck, SummaryContext, SummaryRejected and
-ModelBusyError; the summarizing strategies' options added FoldPolicy).
+ModelBusyError; the summarizing strategies' options added FoldPolicy; one notation for a view's
+shape added view_shape and SHAPE_LEGEND).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 #: ``langmem_ext.__all__``, exactly (sorted as ruff keeps it)
 EXPECTED = (
     "DEFAULT_SUMMARY_CHECKS",
+    "SHAPE_LEGEND",
     "AnthropicCounter",
     "ApproximateCounter",
     "CachedCounter",
@@ -80,6 +82,7 @@ EXPECTED = (
     "repair",
     "split_units",
     "validate",
+    "view_shape",
 )
 
 #: ``from langmem_ext[.module] import a, b`` or ``import (\n a,\n b,\n)``, in any README block

@@ -38,6 +38,7 @@ HARNESS = {
     "test_readme.py",
     "test_examples.py",
     "test_demo_cli.py",
+    "test_readme_figures.py",
 }
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from subprocesses import run_command, run_python, without_api_keys
 
+from langmem_ext import SHAPE_LEGEND
+
 ROOT = Path(__file__).resolve().parents[2]
 TURNS = 30
 
@@ -95,44 +97,36 @@ def test_the_demo_writes_a_temporary_file_by_default_and_documents_sqlite_in_hel
 
 
 def _expand(shape: str) -> list[str]:
-    """``[System, 2 × (Human, AI), Human]`` -> the message labels, one per message."""
-    parts, depth, current = [], 0, ""
-    for char in shape.strip()[1:-1] + ",":
-        if char == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-            continue
-        depth += (char == "(") - (char == ")") if char in "()" and "×" in current else 0
-        current += char
-    labels: list[str] = []
-    for part in parts:
-        group = re.fullmatch(r"(\d+) × \((.*)\)", part)
-        if group:
-            labels += group.group(2).split(", ") * int(group.group(1))
-        else:
-            labels.append(part)
-    return labels
+    """``S+ 2×(HA) H`` -> the letters, one per message: ``['S+', 'H', 'A', 'H', 'A', 'H']``."""
+    letters: list[str] = []
+    for part in shape.split(" "):
+        group = re.fullmatch(r"(\d+)×\((.+)\)", part)
+        count, turn = (int(group.group(1)), group.group(2)) if group else (1, part)
+        assert re.fullmatch(r"(?:S\+|[SRHAcT?])+", turn), (shape, part)
+        letters += re.findall(r"S\+|[SRHAcT?]", turn) * count
+    return letters
 
 
 def test_demo_prints_the_view_shape_and_the_summary_text(demo: tuple[str, Path]) -> None:
     """`make demo` promised "the view the model got" but printed only counts: it now prints
-    each view's shape (one line per turn, its length the view's message count) and the summary
-    text whenever it changes."""
+    each view's shape (``view_shape``, one line per turn, one letter per message of the view,
+    under the package's one-line legend) and the summary text whenever it changes."""
     stdout, _ = demo
     lines = stdout.splitlines()
+    assert f"view {SHAPE_LEGEND}" in lines
     rows = [i for i, line in enumerate(lines) if line[:4].strip().isdigit()]
-    shapes = [lines[i + 1].strip() for i in rows]
-    assert all(s.startswith("view: [") and s.endswith("]") for s in shapes), shapes[:3]
+    assert all(lines[i + 1].strip().startswith("view: ") for i in rows), lines[rows[0] + 1]
+    shapes = [lines[i + 1].strip().removeprefix("view: ") for i in rows]
     for i, s in zip(rows, shapes, strict=True):
-        labels = _expand(s.removeprefix("view: "))
-        assert len(labels) == int(lines[i].split()[3]), (lines[i], s)  # the shape is the view
-        assert labels[0].startswith("System") and "Human" in labels
-        assert set(labels) <= {"System", "System+summary", "Human", "AI", "AI(tool_calls)", "Tool"}
+        letters = _expand(s)
+        assert len(letters) == int(lines[i].split()[3]), (lines[i], s)  # the shape is the view
+        assert letters[0] in ("S", "S+") and "H" in letters
+        assert set(letters) <= {"S", "S+", "H", "A", "c", "T"}
     # a tool round is shown as call then result; after the first fold the summary leads the view
-    assert any("AI(tool_calls), Tool" in s for s in shapes)
+    assert any("HcTA" in s for s in shapes)
     first_fold = next(n for n, i in enumerate(rows) if "compaction #1" in lines[i])
-    assert all(s.startswith("view: [System+summary") for s in shapes[first_fold:])
-    assert not any("summary" in s for s in shapes[:first_fold])
+    assert all(s.startswith("S+ ") for s in shapes[first_fold:])
+    assert not any("S+" in s for s in shapes[:first_fold])
     # the summary text is printed when it changes, right after the turn that changed it
     summaries = [line.strip() for line in lines if line.strip().startswith("summary: ")]
     folds = sum("compaction #" in line for line in lines)

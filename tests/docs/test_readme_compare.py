@@ -46,3 +46,34 @@ def test_the_experimenting_compare_commands_print_the_pages_table(tmp_path: Path
     assert printed == shown.group(1).strip().splitlines()
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert (ROOT / "docs" / "img" / "compare.png").is_file()
+
+
+def _rows() -> dict[str, dict[str, str]]:
+    """The page's table, by strategy: column name -> cell."""
+    shown = re.search(r"<!-- COMPARE:START -->\n(.*?)<!-- COMPARE:END -->", PAGE, re.S)
+    assert shown is not None
+    lines = [line.strip("|").split("|") for line in shown.group(1).strip().splitlines()]
+    header = [cell.strip() for cell in lines[0]]
+    return {
+        row[0].strip(): dict(zip(header, (c.strip() for c in row), strict=True))
+        for row in lines[2:]
+    }
+
+
+def _span(values: list[float]) -> str:
+    return f"{round(min(values))}-{round(max(values))}%"
+
+
+def test_the_pages_reading_of_the_table_is_what_the_table_says() -> None:
+    rows = _rows()
+    percent = {name: float(row["prefix kept"].rstrip("%")) for name, row in rows.items()}
+    cached = {name: float(row["cost, cached"].lstrip("$")) for name, row in rows.items()}
+    ratio = {name: float(row["input ÷ full"].rstrip("x")) for name, row in rows.items()}
+    cutting = [ratio[name] * 100 for name in rows if name != "full"]
+    stable = [name for name in rows if "target_tokens" in name or "summary" in name]
+    prose = " ".join(PAGE.split("What the table says", 1)[1].split("\n\n", 1)[0].split())
+    assert f"input to {_span(cutting)} of sending everything" in prose
+    assert f"prefix on {_span([percent[n] for n in stable])} of calls" in prose
+    assert f"instead of {round(percent['token_budget:8000'])}%" in prose
+    saved = [100 * (1 - cached[n] / cached["token_budget:8000"]) for n in stable]
+    assert f"costs {_span(saved)} less than the plain budget" in prose

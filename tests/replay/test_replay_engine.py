@@ -298,7 +298,7 @@ def test_compare_tabulates_and_writes_csv_json_and_a_plot(tmp_path: Path) -> Non
     figure = result.plot(tmp_path / "plot.png")
     png = (tmp_path / "plot.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
-    assert len(figure.axes) == 4
+    assert len(figure.axes) == len(result.replays) + 2  # a panel per strategy, 2 bar charts
 
 
 def test_unnamed_strategies_get_distinct_names() -> None:

@@ -285,7 +285,7 @@ EXPECTED_TURNS: list[tuple[list[str], int, str, str, int, float | None, str | No
 
 EXPECTED_CONFIG = {
     # (target_tokens, trigger_tokens, max_summary_tokens, safety_margin, clip_tokens)
-    "SummaryBuffer": (220, 400, 40, 0.0, None),
+    "SummaryBuffer": (200, 400, 40, 0.0, None),
     "Compacting": (200, 400, 40, 0.15, None),
     "TieredSummary": (140, 340, 40, 0.0, 200),
 }

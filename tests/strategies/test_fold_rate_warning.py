@@ -36,8 +36,9 @@ def _run(strategy: SummaryBuffer, history: list[BaseMessage]) -> list[warnings.W
 
 
 def test_a_budget_that_folds_on_most_calls_warns_once_with_the_count() -> None:
-    # a turn (~230 tokens) is more than half of what a fold frees: a fold every other call
-    strategy = SummaryBuffer(800, summarizer=_summarizer(), counter=ApproximateCounter())
+    # a turn (~230 tokens) is about half of what a fold frees (600 down to 300, the summary
+    # taking 150 of that): a fold every other call
+    strategy = SummaryBuffer(600, summarizer=_summarizer(), counter=ApproximateCounter())
     caught = _run(strategy, _chat(80, 25))
     assert len(caught) == 1
     message = str(caught[0].message)

@@ -96,11 +96,12 @@ def test_summary_buffer_folds_only_over_max_and_down_to_target() -> None:
     strategy = SummaryBuffer(
         60, summarizer=fake, max_summary_tokens=20, counter=W(), min_messages=1
     )
-    assert (strategy.config.trigger_tokens, strategy.config.target_tokens) == (60, 40)
+    # the default target is half the trigger
+    assert (strategy.config.trigger_tokens, strategy.config.target_tokens) == (60, 30)
     history = conversation(4)
     results = grow(strategy, history)
     # 2 + 9 * 7 = 65 > 60 at the 4th human turn (h3): fold everything that does not fit
-    # target 40 - system 2 - summary allowance (20 + 10) = 8 tokens: only h3 (required) stays
+    # target 30 - system 2 - summary allowance (20 + 10) < 0 tokens: only h3 (required) stays
     assert [r.report.folded for r in results] == [0, 0, 0, 6]
     assert fake.read(0) == ["h0", "a0", "h1", "a1", "h2", "a2"]
     last = results[-1]
