@@ -84,6 +84,9 @@ from bench.retrieval_config import (
     GOALS_DATASET,
     HEADLINE,
     QUICK,
+    ROUND2_ALL_FACTS_TARGET,
+    ROUND2_FACTS_TARGET,
+    ROUND2_PLANTED_TARGET,
     SMALL_TALK,
     SMALL_TALK_TARGET,
     TARGET_DATASETS,
@@ -182,6 +185,8 @@ def run_retrieval(
         config, log, clock, counter, cri_1p, e2e, embeddings, evidence, headline_rows, planted
     )
 
+    ideas = _ideas_section(config, log, clock, counter, cri_1p, e2e, embeddings, evidence)
+
     replay = _replay(cri, config, counter, embeddings)
     log(f"[retrieval] 4. replayed {replay['turns']} turns ({clock.elapsed:.0f} s)")
 
@@ -218,6 +223,7 @@ def run_retrieval(
             "available": per_question,
         },
         "small_talk": small_talk_results,
+        "ideas": ideas,
         "replay": replay,
         "latency": latency,
         "questions": {
@@ -424,6 +430,55 @@ def _small_talk_results(
     return small_talk_results
 
 
+def _ideas_section(
+    config: RetrievalBenchConfig,
+    log: Callable[[str], None],
+    clock: Any,
+    counter: Any,
+    cri_1p: Any,
+    e2e: Any,
+    embeddings: Any,
+    evidence: Any,
+) -> list[dict[str, Any]]:
+    """The ideas tried (``bench/retrieval_ideas.py``): each on A' and B (the defaults' cells as
+    measured in section 2) and on small talk after the CRI thread."""
+    from bench.retrieval_ideas import IDEAS
+
+    out: list[dict[str, Any]] = []
+    for idea in IDEAS:
+        spec = idea.spec
+        cells = {
+            name: evidence[name][HEADLINE] if spec.label == HEADLINE else e2e(name, spec)[0]
+            for name in (GOALS_DATASET, "planted")
+        }
+        small = _aggregate_small_talk(_small_talk(cri_1p, spec, config, counter, embeddings))
+        out.append(
+            {
+                "label": spec.label,
+                "what": idea.what,
+                "kept": idea.kept,
+                **{
+                    name: {
+                        key: cell[key]
+                        for key in (
+                            "evidence_available",
+                            "fact_recall",
+                            "all_facts_available",
+                            "multi_fact",
+                            "paraphrased",
+                            "retrieved_tokens",
+                            "within_budget",
+                        )
+                    }
+                    for name, cell in cells.items()
+                },
+                "small_talk": small,
+            }
+        )
+    log(f"[retrieval] 3b. ideas tried: {len(out)} ({clock.elapsed:.0f} s)")
+    return out
+
+
 def _latency_section(
     config: RetrievalBenchConfig,
     counter: Any,
@@ -523,7 +578,47 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "checks": checks,
             }
         )
+    targets += _round2_targets(results)
     return targets
+
+
+def _round2_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The second round's goals (retrieval recall), with the defaults: A' every fact and share
+    of facts, and the same on its multi-fact questions; B evidence available with
+    ``gate="auto"``, and on its paraphrased questions."""
+    a = results["evidence"][GOALS_DATASET][HEADLINE]
+    b = results["evidence"]["planted"][HEADLINE]
+    multi, para = a["multi_fact"], b["paraphrased"]
+
+    def check(name: str, value: float | None, goal: float) -> dict[str, Any]:
+        return {"name": f"{name} (>= {goal:.0%})", "value": value or 0.0,
+                "passed": (value or 0.0) >= goal}  # fmt: skip
+
+    round2 = (
+        (GOALS_DATASET, "second round: every fact of the query in the input",
+         a["all_facts_available"], ROUND2_ALL_FACTS_TARGET),
+        (GOALS_DATASET, "second round: share of the query's facts in the input",
+         a["fact_recall"], ROUND2_FACTS_TARGET),
+        (GOALS_DATASET, f"multi-fact questions ({multi['questions']}): every fact in the input",
+         multi["all_facts_available"], ROUND2_ALL_FACTS_TARGET),
+        (GOALS_DATASET, f"multi-fact questions ({multi['questions']}): share of their facts",
+         multi["fact_recall"], ROUND2_FACTS_TARGET),
+        ("planted", "second round: evidence available, gate='auto'",
+         b["evidence_available"], ROUND2_PLANTED_TARGET),
+        ("planted", f"paraphrased questions ({para['questions']}, no content word shared): "
+         "evidence available", para["evidence_available"], ROUND2_PLANTED_TARGET),
+    )  # fmt: skip
+    a_checks = [check(n, v, g) for d, n, v, g in round2 if d == GOALS_DATASET]
+    b_checks = [check(n, v, g) for d, n, v, g in round2 if d == "planted"]
+    return [
+        {
+            "target": f"{name}: second round (retrieval recall) goals",
+            "dataset": name,
+            "passed": all(c["passed"] for c in checks),
+            "checks": checks,
+        }
+        for name, checks in ((GOALS_DATASET, a_checks), ("planted", b_checks))
+    ]
 
 
 #: ``write_results(results, out_dir, stem)``: ``<stem>.md`` and ``<stem>.json`` of this benchmark

@@ -31,10 +31,14 @@ __all__ = [
     "GATE_ALWAYS",
     "GOALS_DATASET",
     "HEADLINE",
+    "MULTI_FACTS",
     "QUICK",
     "RANKINGS",
     "RANKING_LABELS",
     "REF_RANKINGS",
+    "ROUND2_ALL_FACTS_TARGET",
+    "ROUND2_FACTS_TARGET",
+    "ROUND2_PLANTED_TARGET",
     "SMALL_TALK",
     "SMALL_TALK_TARGET",
     "TARGET_DATASETS",
@@ -57,6 +61,22 @@ ALL_FACTS_TARGET = 0.70
 
 #: median tokens retrieval may add on a turn that needs nothing from the past
 SMALL_TALK_TARGET = 50
+
+
+#: the second round's goals (retrieval recall), with the defaults: on A' every fact and the share
+#: of facts, the same on its multi-fact questions; on B evidence available, the same on its
+#: paraphrased questions
+ROUND2_ALL_FACTS_TARGET = 0.80
+
+
+ROUND2_FACTS_TARGET = 0.90
+
+
+ROUND2_PLANTED_TARGET = 0.96
+
+
+#: a multi-fact question has at least this many expected facts (A')
+MULTI_FACTS = 2
 
 
 #: the data set the issue's goals are set on
@@ -253,6 +273,10 @@ class _E2E:
     gate: str = "auto"
     #: which default this row puts to the test ("How the defaults were chosen"; "" for none)
     choice: str = ""
+    #: an idea tried (``bench/retrieval_ideas.py``: the class it runs as; "" for Retrieval)
+    idea: str = ""
+    #: RetrievalConfig.feedback (pseudo-relevance feedback on the dense side; off by default)
+    feedback: bool = False
 
 
 def _e2e_configs() -> list[_E2E]:
@@ -276,6 +300,7 @@ def _e2e_configs() -> list[_E2E]:
             k=5,
             compact=False,
             gate="always",
+            feedback=False,
             choice="all five, as before",
         ),
         _E2E("SummaryBuffer (fake) + Retrieval hybrid", "hybrid", inner="Summary"),

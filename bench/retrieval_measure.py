@@ -19,6 +19,7 @@ from bench.harness import mean
 from bench.retrieval_config import (
     _E2E,
     BENCH_KEY,
+    MULTI_FACTS,
     REF_RANKINGS,
     SMALL_TALK,
     RetrievalBenchConfig,
@@ -318,7 +319,9 @@ def _strategy(
     tokens = spec.context_tokens if spec.context_tokens is not None else config.context_tokens
     if tokens is not None:
         kwargs["max_retrieved_tokens"] = tokens
-    return ProbedRetrieval(
+    from bench.retrieval_ideas import idea_class
+
+    return idea_class(spec.idea)(
         inner,
         store=_store(None if spec.ranking == "bm25" else embeddings),
         ranking=spec.ranking,  # type: ignore[arg-type]
@@ -326,6 +329,7 @@ def _strategy(
         config=RetrievalConfig(
             neighbors=spec.neighbors,
             compact=spec.compact,
+            feedback=spec.feedback,
             min_score=spec.min_score,
             rrf_k=config.rrf_k,
             dense_weight=config.dense_weight,
@@ -387,6 +391,8 @@ def _e2e_conversation(
 def _aggregate_e2e(rows: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
     relevant = sum(r["relevant"] for r in rows)
     with_facts = [r for r in rows if r.get("facts")]  # _mean of none: None
+    multi = [r for r in with_facts if r["facts"] >= MULTI_FACTS]
+    para = [r for r in rows if not r.get("facts") and r["overlap"] == 0]  # no content word shared
     return {
         "fact_recall": mean([r["facts_available"] / r["facts"] for r in with_facts]),
         "all_facts_available": mean(
@@ -406,6 +412,17 @@ def _aggregate_e2e(rows: Sequence[dict[str, Any]], budget: int) -> dict[str, Any
         "retrieved_turns_median": _median([r["retrieved_turns"] for r in rows]),
         "max_tokens_after": max((r["tokens_after"] for r in rows), default=0),
         "within_budget": all(r["tokens_after"] <= budget for r in rows),
+        "multi_fact": {
+            "questions": len(multi),
+            "fact_recall": mean([r["facts_available"] / r["facts"] for r in multi]),
+            "all_facts_available": mean(
+                [1.0 if r["facts_available"] == r["facts"] else 0.0 for r in multi]
+            ),
+        },
+        "paraphrased": {
+            "questions": len(para),
+            "evidence_available": mean([1.0 if r["available"] else 0.0 for r in para]),
+        },
     }
 
 
@@ -518,7 +535,7 @@ def _latency(
     turns = [turns_of(group)[0] for group in groups]
     for size in config.latency_sizes:
         store = _store(timed)
-        namespace = ("bench", "latency", str(size))
+        namespace: tuple[str, ...] = ("bench", "latency", str(size))
         index = BM25Index()
         for i in range(size):
             turn = turns[i % len(turns)]

@@ -56,6 +56,8 @@ def render_markdown(results: dict[str, Any]) -> str:
 
     lines += _small_talk_section(results)
 
+    lines += _ideas_lines(results)
+
     # recall
     lines += _recall_lines(results, budget, cfg, context, recall_k)
 
@@ -128,6 +130,58 @@ def _intro_lines(
         "## Verdict",
         "",
     ]
+    return lines
+
+
+def _ideas_lines(results: dict[str, Any]) -> list[str]:
+    """Section: the ideas tried in the second round (retrieval recall), one row each."""
+    ideas = results.get("ideas") or []
+    if not ideas:
+        return []
+    lines = [
+        "## Ideas tried (second round: retrieval recall)",
+        "",
+        "Each idea is the default hybrid row with one thing changed (`bench/retrieval_ideas.py`), "
+        "measured in this run on A' (CRI facts, first person; multi-fact = its questions with "
+        "two facts or more) and B (planted facts; paraphrased = its questions that share no "
+        "content word with their evidence), with `gate='auto'`; small talk = the median tokens "
+        "added on the small-talk turns after the CRI thread (with a context message: how many "
+        "of them). Kept = now one of `Retrieval`'s defaults.",
+        "",
+    ]
+    rows = []
+    for idea in ideas:
+        a, b, st = idea[GOALS_DATASET], idea["planted"], idea["small_talk"]
+        rows.append(
+            [
+                idea["what"],
+                "yes" if idea["kept"] else "no",
+                pct(a["all_facts_available"]),
+                pct(a["fact_recall"]),
+                pct(a["multi_fact"]["all_facts_available"]),
+                pct(a["multi_fact"]["fact_recall"]),
+                pct(b["evidence_available"]),
+                pct(b["paraphrased"]["evidence_available"]),
+                f"{num(st['tokens_added']['median'])} ({st['with_context']} of {st['asks']})",
+                num(a["retrieved_tokens"]["median"]),
+            ]
+        )
+    lines += md_table(
+        [
+            "idea",
+            "kept?",
+            "A' every fact",
+            "A' share",
+            "A' multi-fact: every fact",
+            "A' multi-fact: share",
+            "B gate=auto",
+            "B paraphrased",
+            "small talk tokens",
+            "A' tokens",
+        ],
+        rows,
+    )
+    lines.append("")
     return lines
 
 

@@ -303,8 +303,9 @@ def _settings_lines(cfg: Any, meta: Any, tools: Any) -> list[str]:
         "## How each tool was called",
         "",
         "- langmem_ext: `SummaryBuffer(max_tokens, summarizer=fake, max_summary_tokens="
-        f"{cfg['max_summary_tokens']:,})` (default target: half of max_tokens, at least a quarter "
-        "of the way from the summary budget to max_tokens), `Compacting(max_tokens, summarizer=fake)` (defaults), "
+        f"{cfg['max_summary_tokens']:,})` (default target: half of max_tokens, at least a "
+        "quarter of the way from the summary budget to max_tokens), "
+        "`Compacting(max_tokens, summarizer=fake)` (defaults), "
         f"`TieredSummary(max_tokens, summarizer=fake, max_summary_tokens="
         f"{cfg['max_summary_tokens']:,})` (defaults), all with `counter=ApproximateCounter()`; "
         "`apply(history, previous_state)` at every call.",

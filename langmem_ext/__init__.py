@@ -39,6 +39,7 @@ from langmem_ext.integrations.graph import (
 from langmem_ext.integrations.history import ManagedChatMessageHistory
 from langmem_ext.retrieval.config import RetrievalConfig
 from langmem_ext.retrieval.index import IndexCacheStats
+from langmem_ext.retrieval.model_steps import ModelSteps
 from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.vectors import VectorIndex
 from langmem_ext.strategies import (
@@ -93,6 +94,7 @@ __all__ = [
     "MemoryState",
     "MissingKeyError",
     "ModelBusyError",
+    "ModelSteps",
     "Retrieval",
     "RetrievalConfig",
     "SlidingWindow",

@@ -54,7 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     "counting": {"core", "counting", "errors"},
     "summarize": {"core", "counting", "summarize", "errors"},
     "strategies": {"core", "counting", "summarize", "strategies", "errors"},
-    "retrieval": {"core", "counting", "strategies", "retrieval", "errors"},
+    "retrieval": {"core", "counting", "summarize", "strategies", "retrieval", "errors"},
     "integrations": {
         "core",
         "counting",

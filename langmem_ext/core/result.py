@@ -61,6 +61,8 @@ class MemoryReport:
     indexed: int = 0
     #: (Retrieval) knowledge sources that failed or timed out, as "name: error"
     source_errors: tuple[str, ...] = ()
+    #: (Retrieval with ``model_steps``) tokens the query rewrite and rerank calls cost
+    model_step_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON dict (tuples as lists, plus ``"version"``), what the surfaces write to

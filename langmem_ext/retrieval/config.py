@@ -17,6 +17,7 @@ from langgraph.store.base import BaseStore
 
 from langmem_ext.core.checks import is_int, is_number, require_int, require_number
 from langmem_ext.core.keys import MemoryKey
+from langmem_ext.retrieval.model_steps import ModelSteps
 from langmem_ext.strategies.engine import Strategy
 
 Ranking = Literal["dense", "bm25", "hybrid"]
@@ -212,6 +213,8 @@ class RetrievalConfig:
     rrf_k: int = RRF_K
     dense_weight: float = DENSE_WEIGHT
     compact: bool = True
+    feedback: bool = False
+    model_steps: ModelSteps | None = None
     min_score: float | None = None
     dense_index: DenseIndex | None = None
     prefetch_embeddings: bool = False
@@ -284,6 +287,15 @@ class RetrievalConfig:
         )
         if not isinstance(self.compact, bool):
             raise TypeError(f"Retrieval: compact must be a bool, got {type(self.compact).__name__}")
+        if not isinstance(self.feedback, bool):
+            raise TypeError(
+                f"Retrieval: feedback must be a bool, got {type(self.feedback).__name__}"
+            )
+        if self.model_steps is not None and not isinstance(self.model_steps, ModelSteps):
+            raise TypeError(
+                "Retrieval: model_steps must be a ModelSteps(rewrite=..., rerank=...) or None, "
+                f"got {type(self.model_steps).__name__}"
+            )
 
     def _check_choices(self) -> None:
         if not callable(self.gate) and self.gate not in ("auto", "always"):

@@ -70,7 +70,7 @@ from langmem_ext.core.keys import DEFAULT, MemoryKey
 from langmem_ext.core.messages import is_system
 from langmem_ext.core.result import MemoryResult
 from langmem_ext.core.state import MemoryState
-from langmem_ext.core.steps import DECLINED
+from langmem_ext.core.steps import DECLINED, Flow
 from langmem_ext.core.transitions import indexed_through
 from langmem_ext.retrieval.codec import model_id
 from langmem_ext.retrieval.compose import compose, fuse, source_passages
@@ -93,6 +93,7 @@ from langmem_ext.retrieval.config import (
 from langmem_ext.retrieval.flows import Io, _SourceSearch, _StoreFlow, _Together
 from langmem_ext.retrieval.index import Candidate, Faults, IndexCacheStats, IndexSetup
 from langmem_ext.retrieval.layout import MARKS, TURNS
+from langmem_ext.retrieval.model_steps import model_for, rerank_flow, rewrite_flow
 from langmem_ext.retrieval.prefetch import Prefetch, Prefetched, upcoming
 from langmem_ext.retrieval.search import turns_io
 from langmem_ext.retrieval.text import (
@@ -226,6 +227,18 @@ class Retrieval(Strategy, Folding):
             suggest?"), come back whole.
             The dense index embeds each message of a turn, so a turn is found by its best
             message. False: whole turns.
+        feedback: pseudo-relevance feedback on the dense side (in-process dense index only): the
+            query's vector plus 0.7 of the mean first row of its 3 best results is searched
+            again, as one more ranking in the fusion, so a question worded unlike its answers
+            also finds turns worded like the ones it found first (CRI first person: every fact
+            of a question 76.7% against 71.2%, bench/retrieval.py). Its similarities are not
+            the query's: the gate and ``min_score`` never read them. Off by default: with a
+            small context budget a single distinctive turn can lose its place to generic turns
+            the feedback also favours (planted facts: 92.9% against 93.8%).
+        model_steps: a :class:`~langmem_ext.retrieval.model_steps.ModelSteps`: an optional
+            query rewrite and rerank through a chat model (default: the inner strategy's
+            summarizer model), each within its timeout, a failure changing nothing; their tokens
+            are the report's ``model_step_tokens``. None (the default): no model call.
         min_score: a floor on the dense similarity (the store's ``score``): when no evicted
             turn reaches it, no turn is retrieved (0 tokens; sources still are). None (the
             default): no floor. Set it only after measuring on your embedder and data: with the
@@ -315,6 +328,8 @@ class Retrieval(Strategy, Folding):
             if prefetch_embeddings and self._embeddings is not None
             else None
         )
+        #: the model of the optional rewrite and rerank steps (None: no model call)
+        self._model = model_for(self.config.model_steps, inner)
         self._adopt(inner, store)
 
     def _adopt(self, inner: Strategy, store: BaseStore) -> None:
@@ -433,21 +448,49 @@ class Retrieval(Strategy, Folding):
             empty = compose(self.config, self.counter, inner, after, [], (), count)
             return self._prefetched(empty, ahead)
         c = self.config
+        search, spent = yield from self._rewritten(query, messages)
         turns, outcomes = yield _Together(
             _StoreFlow(
                 self.store,
-                self._turns_io(query, who, after.indexed_turns),
+                self._turns_io(search, who, after.indexed_turns),
                 embeddings=self._embeddings,
             ),
-            _SourceSearch(c.sources, query, c.per_ranking, c.source_timeout),
+            _SourceSearch(c.sources, search, c.per_ranking, c.source_timeout),
         )
         if not step and not self._searches(query, turns, who):
             turns = []  # small talk: nothing from the past (sources still count)
         passages, errors = source_passages(c, outcomes)
         # a fact the view's summary still shows is not retrieved again
         picked = self._fuse(turns, passages, indexing.shown | set(in_summary))
+        picked, cost = yield from self._reranked(query, picked)
         composed = compose(self.config, self.counter, inner, after, picked, errors, count, query)
+        if spent + cost:
+            report = replace(composed.report, model_step_tokens=spent + cost)
+            composed = replace(composed, report=report)
         return self._prefetched(composed, ahead)
+
+    def _rewritten(self, query: str, messages: Sequence[BaseMessage]) -> Flow[tuple[str, int]]:
+        """The text searched for: ``query``, with the model's rewrites when ``model_steps``
+        asks for them; and what the call cost."""
+        steps = self.config.model_steps
+        if self._model is None or steps is None or not steps.rewrite:
+            return query, 0
+        recent = [message_text(m) for m in messages[-7:-1]]
+        extra, cost = yield from rewrite_flow(steps, self._model, self.counter, query, recent)
+        return "\n".join([query, *extra]), cost
+
+    def _reranked(self, query: str, picked: list[Candidate]) -> Flow[tuple[list[Candidate], int]]:
+        """``picked`` with its best ``candidates`` in the model's order when ``model_steps``
+        asks for a rerank; and what the call cost."""
+        steps = self.config.model_steps
+        if self._model is None or steps is None or not steps.rerank:
+            return picked, 0
+        head = picked[: steps.candidates]
+        texts = [c.text for c in head]
+        order, cost = yield from rerank_flow(steps, self._model, self.counter, query, texts)
+        if order is None:
+            return picked, cost
+        return [head[i] for i in order] + picked[len(head) :], cost
 
     def _prefetched(self, result: MemoryResult, ahead: list[str]) -> MemoryResult:
         """``result``, once the embedding of ``ahead`` (``prefetch_embeddings``) started: last,

@@ -344,6 +344,14 @@ class VectorIndex:
             best = self._best_of(q[0], slots)
         return {key: score for (key, _), score in zip(held, best.tolist(), strict=True)}
 
+    def first_rows(self, keys: Iterable[str]) -> NDArray[np.float32]:
+        """The first row of each of ``keys`` the index holds (a turn's first message: its
+        user's), unit length, in the order given (a block's int8 codes: their approximation)."""
+        with self._lock:
+            slots = [s for k in keys if (s := self._slot.get(k)) is not None and self._count[s]]
+            rows: NDArray[np.float32] = self._matrix[self._start[slots]].copy()
+        return rows
+
     # -- input ------------------------------------------------------------------------------------
 
     def _source(self, vectors: ArrayLike) -> NDArray[Any]:

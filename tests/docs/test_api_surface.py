@@ -7,7 +7,7 @@ Adding a public name is a decision: add it to ``EXPECTED`` here, in the same cha
 provider counters added AnthropicCounter, CalibratedCounter, TokenCountError and VectorIndex; the
 summary checks added DEFAULT_SUMMARY_CHECKS, SummaryCheck, SummaryContext, SummaryRejected and
 ModelBusyError; the summarizing strategies' options added FoldPolicy; one notation for a view's
-shape added view_shape and SHAPE_LEGEND).
+shape added view_shape and SHAPE_LEGEND; Retrieval's optional model calls added ModelSteps).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ EXPECTED = (
     "MemoryState",
     "MissingKeyError",
     "ModelBusyError",
+    "ModelSteps",
     "Retrieval",
     "RetrievalConfig",
     "SlidingWindow",
