@@ -166,7 +166,7 @@ def evaluate(make: Callable[[], Any], convs: Sequence[Any]) -> dict[str, float]:
     on top) and score the questions: evidence available, share of facts available, all facts
     available, median retrieved tokens, and the largest view."""
     from bench.retrieval_measure import _question_message
-    from langmem_ext.retrieval.layout import RETRIEVED_ID
+    from langmem_ext.core.shape import RETRIEVED_ID
 
     rows = []
     for n, conv in enumerate(convs):

@@ -54,7 +54,8 @@ from bench.harness import (
     results_writer,
 )
 from langmem_ext import MemoryKey, TokenBudget, validate
-from langmem_ext.retrieval.layout import RETRIEVED_ID, TURNS
+from langmem_ext.core.shape import RETRIEVED_ID
+from langmem_ext.retrieval.layout import TURNS
 from langmem_ext.retrieval.strategy import Retrieval
 from langmem_ext.retrieval.text import message_text
 from langmem_ext.testing import random_words

@@ -346,7 +346,7 @@ def _e2e_conversation(
     counter: Any,
     embeddings: CachedEmbeddings,
 ) -> list[dict[str, Any]]:
-    from langmem_ext.retrieval.layout import RETRIEVED_ID
+    from langmem_ext.core.shape import RETRIEVED_ID
 
     strategy = _strategy(spec, config, counter, embeddings)
     messages = list(conversation.messages)

@@ -155,7 +155,7 @@ class _Worker:
         before = self.retrieval.index_cache_stats
         equal = with_context = 0
         mismatches: list[int] = []
-        from langmem_ext.retrieval.layout import RETRIEVED_ID
+        from langmem_ext.core.shape import RETRIEVED_ID
 
         for thread, (history, state) in sorted(self.kept.items()):
             first = str(history[0].content).split()[:8]

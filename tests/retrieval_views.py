@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langmem_ext.retrieval.layout import RETRIEVED_ID
+from langmem_ext.core.shape import RETRIEVED_ID
 
 
 def context(result: Any) -> str:

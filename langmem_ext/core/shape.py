@@ -40,7 +40,7 @@ from langmem_ext.core.messages import role_of
 __all__ = ["RETRIEVED_ID", "SHAPE_LEGEND", "view_shape"]
 
 #: the id of the context message :class:`~langmem_ext.retrieval.strategy.Retrieval` places in a
-#: view (the same value as ``langmem_ext.retrieval.layout.RETRIEVED_ID``; core cannot import it)
+#: view (defined here, below retrieval, so this module can recognise it)
 RETRIEVED_ID = "langmem_ext:retrieved"
 
 #: one line that explains :func:`view_shape`'s letters, for the top of a table

@@ -13,13 +13,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langmem_ext.core.fences import neutralize
 from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.shape import RETRIEVED_ID
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.tokens import TokenCounter
 from langmem_ext.retrieval.bm25 import reciprocal_rank_fusion, tokenize
 from langmem_ext.retrieval.config import RetrievalConfig, context_budget
 from langmem_ext.retrieval.flows import SourceOutcome, TimedOut
 from langmem_ext.retrieval.index import Candidate
-from langmem_ext.retrieval.layout import RETRIEVED_ID
 from langmem_ext.retrieval.text import (
     ASKS_ASSISTANT,
     compact_round,

@@ -83,10 +83,6 @@ from langgraph.store.base import Item, PutOp
 
 from langmem_ext.core.checks import is_int
 
-#: the id of the context message Retrieval places in the view
-RETRIEVED_ID = "langmem_ext:retrieved"
-
-
 TURNS = "turns"
 #: the namespace kind of the facts remembered from summaries (see ``FACT_SECTIONS``)
 FACTS = "facts"

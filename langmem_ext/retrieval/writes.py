@@ -16,6 +16,7 @@ from langmem_ext.core.identity import keys_between
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.core.messages import is_system
 from langmem_ext.core.result import MemoryResult
+from langmem_ext.core.shape import RETRIEVED_ID
 from langmem_ext.core.state import MemoryState
 from langmem_ext.core.transitions import indexed_through
 from langmem_ext.retrieval import layout
@@ -28,7 +29,6 @@ from langmem_ext.retrieval.layout import (
     FACTS,
     LISTED,
     MARKS,
-    RETRIEVED_ID,
     TAIL,
     TURNS,
     USER_MARK,

@@ -24,7 +24,6 @@ from langgraph.store.memory import InMemoryStore
 from langmem_ext import FoldPolicy, MemoryKey, Retrieval, SummaryBuffer, TokenBudget
 from langmem_ext.core.fold_config import SUMMARY_ID, render_summary
 from langmem_ext.core.shape import RETRIEVED_ID, SHAPE_LEGEND, view_shape
-from langmem_ext.retrieval import layout
 from langmem_ext.testing import FakeSummaryModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +146,6 @@ def test_a_summary_placed_as_its_own_human_message_is_s_plus_and_stands_alone() 
 
 
 def test_a_retrieval_view_shows_the_retrieved_context_before_the_question() -> None:
-    assert RETRIEVED_ID == layout.RETRIEVED_ID  # core keeps its own copy of the id
     history = turns(25)
     history[9] = HumanMessage("my locker code at the gym is 4471.", id="h4")
     history[-1] = HumanMessage("what is my locker code at the gym?", id="q")

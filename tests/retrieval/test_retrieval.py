@@ -29,8 +29,8 @@ from langmem_ext import (
     TokenBudget,
     validate,
 )
+from langmem_ext.core.shape import RETRIEVED_ID
 from langmem_ext.retrieval import RetrievalConfig
-from langmem_ext.retrieval.layout import RETRIEVED_ID
 
 COUNTER = ApproximateCounter()
 #: an explicit memory key: Retrieval refuses a defaulted one (it would share memory)

@@ -45,8 +45,8 @@ from langmem_ext import (
     SummaryBuffer,
     TokenBudget,
 )
+from langmem_ext.core.shape import RETRIEVED_ID
 from langmem_ext.retrieval import RetrievalConfig
-from langmem_ext.retrieval.layout import RETRIEVED_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 FILLER = "we talked about the weather, the sea and the boats in the harbour " * 4

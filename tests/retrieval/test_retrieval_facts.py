@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, Retrieval, SummaryBuffer
-from langmem_ext.retrieval.layout import RETRIEVED_ID
+from langmem_ext.core.shape import RETRIEVED_ID
 from langmem_ext.summarize.summarizer import Summarizer
 
 ANN = MemoryKey("acme", "ann", "t1")

@@ -17,8 +17,8 @@ from langgraph.store.base import Op, PutOp, Result
 from langgraph.store.memory import InMemoryStore
 
 from langmem_ext import MemoryKey, MemoryResult, Retrieval, TokenBudget, validate
+from langmem_ext.core.shape import RETRIEVED_ID
 from langmem_ext.retrieval.compose import context_position
-from langmem_ext.retrieval.layout import RETRIEVED_ID
 from langmem_ext.retrieval.text import (
     compact_round,
     excerpts,
