@@ -27,12 +27,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python examples/agent.py
 
+# The tests run in parallel (pytest-xdist): one worker more than the machine has cores (a worker
+# often waits on a subprocess or PostgreSQL), at most 8. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 8))')
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+
 # LANGMEM_EXT_FAST_TESTS is ignored under CI=true or LANGMEM_EXT_FULL_TESTS=1 (tests/conftest.py)
 test: $(STAMP)
-	LANGMEM_EXT_FAST_TESTS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	LANGMEM_EXT_FAST_TESTS=1 $(PYTEST) $(PYTEST_ARGS)
 
 test-full: $(STAMP)
-	LANGMEM_EXT_FULL_TESTS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	LANGMEM_EXT_FULL_TESTS=1 $(PYTEST) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check langmem_ext tests bench scripts examples

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -159,3 +160,25 @@ def test_fast_profile_caps_a_property_that_asks_for_more_examples() -> None:
     cap_examples([SimpleNamespace(obj=small)], 7)  # type: ignore[list-item]
     small()
     assert 0 < len(calls) <= 5
+
+
+def _make_dry_run(*args: str) -> str:
+    """What ``make -n ARGS`` would run (the venv is taken as installed)."""
+    skip = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "TEST_WORKERS", "PYTEST_ARGS")  # an outer make's
+    env = {k: v for k, v in os.environ.items() if k not in skip}
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-o", ".venv/.installed", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+@pytest.mark.parametrize("target", ["test", "test-full"])
+def test_make_test_runs_the_suite_on_one_worker_more_than_the_cores(target: str) -> None:
+    """``make test`` spreads the tests over pytest-xdist workers (a worker often waits on a
+    subprocess or PostgreSQL): ``min(cores + 1, 8)`` of them; ``TEST_WORKERS=0`` runs them in one
+    process, and ``PYTEST_ARGS`` still reaches pytest."""
+    workers = min((os.cpu_count() or 1) + 1, 8)
+    line = _make_dry_run(target, "PYTEST_ARGS=-x").strip().splitlines()[-1]
+    assert f"-m pytest -n {workers} --dist worksteal -x" in line
+    assert "-m pytest -n 0 " in _make_dry_run(target, "TEST_WORKERS=0")

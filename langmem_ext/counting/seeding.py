@@ -40,6 +40,7 @@ import gzip
 import hashlib
 import os
 import sys
+import uuid
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -144,7 +145,8 @@ def seed(
                 f"the {encoding} file does not match the sha256 tiktoken expects ({expected}); "
                 f"download it again from {url}"
             )
-        tmp = path.with_suffix(".tmp")
+        # a name of its own: several processes (test workers, app workers) may seed at once
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         tmp.write_bytes(data)
         tmp.replace(path)
     if set_env:
