@@ -308,6 +308,33 @@ def _text_index(text: str) -> tuple[tuple[str, ...], dict[str, list[int]], list[
     return words, where, ends
 
 
+#: where a message's first line starts in a rendered turn, a tool result excepted: a clip of the
+#: turn before starts at one of these, so no line is cut and no result is shown without its call
+_MESSAGE_START = re.compile(r"^(?:assistant called |\w+: )", re.MULTILINE)
+
+
+def clip_turn_before(text: str, chars: int) -> str:
+    """The end of a rendered turn (``text``) in about ``chars`` characters, as the turn before a
+    retrieved one is stored: whole messages from the first one that starts within the last
+    ``chars``; a tool result only with its call. When no message starts there (the last one is
+    longer), the last message, or the last call and its result, from its start, cut at a word
+    with "…". Nothing when no message starts in it (a tool result alone)."""
+    if len(text) <= chars or chars <= 0:
+        return text if chars > 0 else ""
+    starts = [m.start() for m in _MESSAGE_START.finditer(text)]
+    if not starts:
+        return ""
+    within = [s for s in starts if s >= len(text) - chars]
+    start = within[0] if within else starts[-1]
+    clipped = text[start:]
+    if len(clipped) <= chars:
+        return clipped
+    cut = clipped[:chars]
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    cut = (cut[:space] if space > 0 else cut).rstrip()
+    return f"{cut} …" if cut else ""
+
+
 def _clip_words(words: Sequence[str], chars: int) -> str:
     kept: list[str] = []
     used = 0

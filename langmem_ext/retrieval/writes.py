@@ -43,6 +43,7 @@ from langmem_ext.retrieval.layout import (
 )
 from langmem_ext.retrieval.reads import pages_io
 from langmem_ext.retrieval.text import (
+    clip_turn_before,
     has_rounds,
     message_parts,
     render_turn,
@@ -169,7 +170,7 @@ def turn_write(
     value = {
         "text": text,
         "parts": parts,
-        "prev": prev[-setup.config.neighbor_chars :] if prev else "",
+        "prev": clip_turn_before(prev, setup.config.neighbor_chars) if prev else "",
         "ids": ids,
         "seq": seq,
         "order": seq_order(seq),

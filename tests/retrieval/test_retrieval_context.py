@@ -22,7 +22,7 @@ from retrieval_views import context
 from langmem_ext import ApproximateCounter, MemoryKey, Retrieval, TokenBudget, validate
 from langmem_ext.retrieval import RetrievalConfig
 from langmem_ext.retrieval.codec import distinct_texts as _distinct_texts
-from langmem_ext.retrieval.text import asks_about_the_past
+from langmem_ext.retrieval.text import asks_about_the_past, clip_turn_before
 from langmem_ext.retrieval.text import compact_turn as _compact
 from langmem_ext.retrieval.text import message_parts as _parts
 from langmem_ext.retrieval.writes import turn_write
@@ -369,3 +369,57 @@ def test_knowledge_sources_are_searched_even_for_small_talk() -> None:
     assert "Canberra" in context(result)
     assert all("locker" not in r for r in result.report.retrieved)
     assert "4417" not in context(result)
+
+
+ROUND = (
+    "user: and the recipe?\nassistant called look({'q': 'recipe'})\ntool look result: "
+    + ("recipe result " * 40).strip()
+)
+
+
+@pytest.mark.parametrize(
+    ("chars", "expected"),
+    [
+        (2_000, ROUND + "\nassistant: The recipe is fine."),  # fits: whole
+        (40, "assistant: The recipe is fine."),  # the round does not fit: left out, not cut
+        (12, "assistant: …"),  # the last message alone is longer: its start, cut at a word
+        (0, ""),
+    ],
+)
+def test_the_turn_before_is_clipped_to_whole_messages_and_never_splits_a_round(
+    chars: int, expected: str
+) -> None:
+    assert clip_turn_before(ROUND + "\nassistant: The recipe is fine.", chars) == expected
+
+
+def test_the_turn_before_ending_in_a_long_round_keeps_the_call_with_the_start_of_its_result() -> (
+    None
+):
+    clipped = clip_turn_before(ROUND, 200)
+    assert clipped.startswith("assistant called look({'q': 'recipe'})\ntool look result: recipe")
+    assert clipped.endswith(" …") and len(clipped) <= 200 + 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(
+            st.sampled_from(("user: ", "assistant: ", "assistant called f({})", "tool f result: ")),
+            st.text(alphabet="ab .\n", max_size=80),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    chars=st.integers(0, 300),
+)
+def test_a_clipped_turn_before_fits_starts_at_a_message_and_never_opens_on_a_result(
+    lines: list[tuple[str, str]], chars: int
+) -> None:
+    text = "\n".join(head + body for head, body in lines)
+    clipped = clip_turn_before(text, chars)
+    assert len(clipped) <= chars + len(" …")
+    if len(text) <= chars:
+        assert clipped == text
+        return
+    assert ("\n" + clipped.removesuffix(" …")) in ("\n" + text)  # from a line's start
+    assert not clipped.startswith("tool ")  # a result never comes without its call
