@@ -19,6 +19,7 @@ from bench.retrieval_config import (
     GATE_ALWAYS,
     GOALS_DATASET,
     HEADLINE,
+    LENDING,
     SMALL_TALK_TARGET,
     WHOLE_TURNS,
     _display,
@@ -191,6 +192,17 @@ def _default_sentences(budget: int, context: int, results: dict[str, Any]) -> li
             f"{against(BEFORE)}. The issue's figures before were {ANCHOR_FACTS_BEFORE:.1%} / "
             f"{ANCHOR_ALL_FACTS_BEFORE:.1%} (facts / every fact, A'); this row cannot switch off "
             "the per-message vectors of the dense index, so it ranks with them."
+        )
+    if LENDING in a_cells:
+        sentences.append(
+            "- **Budget that follows the question** (`past_tokens`, opt-in): with "
+            "past_tokens=2,250, a question about the past may spend twice the context budget, "
+            "lent by the view's oldest turns for that request only: "
+            f"{against(LENDING)}, with {tokens(LENDING)} tokens added against "
+            f"{tokens(HEADLINE)}. Not a default: on the requests it lends, the lent turns are "
+            "neither folded nor retrievable (B loses the facts told a few dozen messages "
+            "before the question, which sit in the view's oldest turns), and the prompt's "
+            "prefix changes (DESIGN's invariants 3 and 6)."
         )
     if GATE_ALWAYS in a_cells:
         sentences.append(

@@ -31,6 +31,7 @@ __all__ = [
     "GATE_ALWAYS",
     "GOALS_DATASET",
     "HEADLINE",
+    "LENDING",
     "MULTI_FACTS",
     "QUICK",
     "RANKINGS",
@@ -232,6 +233,11 @@ HEADLINE = "TokenBudget + Retrieval hybrid"
 BASELINE = "TokenBudget alone"
 
 
+#: the hybrid row with the budget that follows the question (``past_tokens``: twice the default
+#: context budget at 4,500 tokens)
+LENDING = f"{HEADLINE}, past_tokens=2,250"
+
+
 #: the hybrid row with every default as it was before issue 15 (the per-message vectors of the
 #: dense index cannot be switched off: this row ranks with them); the label stays short for the
 #: docs plot, the tables spell the settings out (``BEFORE_SETTINGS``)
@@ -277,6 +283,8 @@ class _E2E:
     idea: str = ""
     #: RetrievalConfig.feedback (pseudo-relevance feedback on the dense side; off by default)
     feedback: bool = False
+    #: RetrievalConfig.past_tokens (None: Retrieval's default, no lending)
+    past_tokens: int | None = None
 
 
 def _e2e_configs() -> list[_E2E]:
@@ -292,6 +300,7 @@ def _e2e_configs() -> list[_E2E]:
         _E2E(WHOLE_TURNS, "hybrid", compact=False, choice="compact packing"),
         _E2E(f"{HEADLINE}, k=5", "hybrid", k=5, choice="k by budget"),
         _E2E(GATE_ALWAYS, "hybrid", gate="always", choice="gate"),
+        _E2E(LENDING, "hybrid", past_tokens=2_250, choice="budget follows the question"),
         _E2E(
             BEFORE,
             "hybrid",

@@ -11,13 +11,16 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.retrieval_config import _E2E, HEADLINE
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from bench.retrieval_config import _E2E, HEADLINE, LENDING
 from bench.retrieval_measure import ProbedRetrieval
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.retrieval.bm25 import tokenize
 from langmem_ext.retrieval.index import Candidate
 
-__all__ = ["IDEAS", "Idea", "by_coverage", "idea_class"]
+__all__ = ["IDEAS", "Idea", "by_coverage", "by_mmr", "idea_class"]
 
 
 #: coverage-aware order: the share of a candidate's words already covered costs this much of its
@@ -27,6 +30,10 @@ REDUNDANCY = 0.3
 
 #: coverage-aware order: a candidate's weight before redundancy is ``1 / (RANK_K + rank)``
 RANK_K = 10
+
+
+#: dense MMR: the weight of relevance against redundancy (measured 0.5, 0.7, 0.85)
+MMR_LAMBDA = 0.85
 
 
 #: the shared-words gate: a query also searches when one of the top results of a ranking holds
@@ -95,7 +102,41 @@ class SharedWordsGate(ProbedRetrieval):
         return most >= SHARED_WORDS
 
 
+def by_mmr(
+    picked: Sequence[Candidate], embeddings: Embeddings, weight: float = MMR_LAMBDA
+) -> list[Candidate]:
+    """``picked`` (best first) in maximal-marginal-relevance order: the next is the best by
+    ``weight * relevance - (1 - weight) * max cosine to those chosen``, relevance
+    ``RANK_K / (RANK_K + rank)`` (1 for the first); a turn's vector is the normalised mean of
+    its messages' embeddings."""
+    vectors = []
+    for c in picked:
+        rows = np.asarray(embeddings.embed_documents(list(c.parts) or [c.text]), dtype=float)
+        mean = rows.mean(axis=0)
+        vectors.append(mean / (np.linalg.norm(mean) or 1.0))
+    relevance = [RANK_K / (RANK_K + i) for i in range(len(picked))]
+    chosen: list[int] = []
+    closest = np.zeros(len(picked))  # max cosine to a chosen one
+    left = set(range(len(picked)))
+    while left:
+        best = max(left, key=lambda i: (weight * relevance[i] - (1 - weight) * closest[i], -i))
+        chosen.append(best)
+        left.discard(best)
+        for i in left:
+            closest[i] = max(closest[i], float(vectors[i] @ vectors[best]))
+    return [picked[i] for i in chosen]
+
+
+class DenseMMR(ProbedRetrieval):
+    """Dense MMR: the fused results tried in :func:`by_mmr` order."""
+
+    def _fuse(self, turns: Any, passages: Any, shown: Collection[str]) -> Any:
+        picked = super()._fuse(turns, passages, shown)
+        return picked if self._embeddings is None else by_mmr(picked, self._embeddings)
+
+
 _CLASSES: dict[str, type[ProbedRetrieval]] = {
+    "mmr": DenseMMR,
     "coverage": CoverageRetrieval,
     "shared_words": SharedWordsGate,
 }
@@ -107,7 +148,11 @@ def idea_class(idea: str) -> type[ProbedRetrieval]:
 
 
 IDEAS: tuple[Idea, ...] = (
-    Idea(_E2E(HEADLINE, "hybrid"), True, "the defaults (the reference)"),
+    Idea(
+        _E2E(HEADLINE, "hybrid"),
+        True,
+        "the defaults (the reference)",
+    ),
     Idea(
         _E2E(f"{HEADLINE}, feedback=True", "hybrid", feedback=True),
         False,
@@ -130,14 +175,31 @@ IDEAS: tuple[Idea, ...] = (
         f"{SHARED_WORDS} of the query's content words",
     ),
     Idea(
+        _E2E(LENDING, "hybrid", past_tokens=2_250),
+        False,
+        "budget that follows the question (`RetrievalConfig(past_tokens=2_250)`, opt-in): a "
+        "question about the past may spend twice the context budget, lent by the view's oldest "
+        "turns for that request only (not a default: on the requests it lends, the lent turns "
+        "are neither folded nor retrievable, and the prompt's prefix changes)",
+    ),
+    Idea(
         _E2E(f"{HEADLINE}, 2,000 tokens", "hybrid", context_tokens=2_000),
         False,
-        "budget that follows the question, upper bound: a question about the past gets 2,000 "
-        "context tokens (A' questions all pass the gate, so a split would give these figures)",
+        "the same split done by the inner strategy instead (2,000 context tokens held back on "
+        "every request, no lending): the turns it gives up are evicted and indexed, so they can "
+        "come back, which lending cannot offer; but every request pays, small talk included",
     ),
     Idea(
         _E2E(f"{HEADLINE}, 2,500 tokens", "hybrid", context_tokens=2_500),
         False,
         "the same at 2,500 context tokens",
+    ),
+    Idea(
+        _E2E(f"{HEADLINE}, dense MMR", "hybrid", idea="mmr"),
+        False,
+        f"maximal marginal relevance on the dense side: the fused results reordered by "
+        f"{MMR_LAMBDA:g} x relevance (by rank) minus {1 - MMR_LAMBDA:g} x the cosine to the "
+        "closest result already chosen (turn vector: the mean of its messages'; also measured "
+        "at 0.5 and 0.7: worse)",
     ),
 )

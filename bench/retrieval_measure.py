@@ -330,6 +330,7 @@ def _strategy(
             neighbors=spec.neighbors,
             compact=spec.compact,
             feedback=spec.feedback,
+            past_tokens=spec.past_tokens,
             min_score=spec.min_score,
             rrf_k=config.rrf_k,
             dense_weight=config.dense_weight,

@@ -63,6 +63,10 @@ class MemoryReport:
     source_errors: tuple[str, ...] = ()
     #: (Retrieval with ``model_steps``) tokens the query rewrite and rerank calls cost
     model_step_tokens: int = 0
+    #: (Retrieval with ``past_tokens``) messages of the view's oldest turns left out of this
+    #: request so that a question about the past got a larger retrieved context (the state
+    #: keeps them: the next request shows them again)
+    lent: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON dict (tuples as lists, plus ``"version"``), what the surfaces write to

@@ -20,6 +20,7 @@ from langmem_ext.retrieval.bm25 import reciprocal_rank_fusion, tokenize
 from langmem_ext.retrieval.config import RetrievalConfig, context_budget
 from langmem_ext.retrieval.flows import SourceOutcome, TimedOut
 from langmem_ext.retrieval.index import Candidate
+from langmem_ext.retrieval.lending import Cut, lent_view
 from langmem_ext.retrieval.text import (
     ASKS_ASSISTANT,
     compact_round,
@@ -135,7 +136,11 @@ def context_message(
 
 
 def pick_blocks(
-    config: RetrievalConfig, counter: TokenCounter, picked: Sequence[Candidate], query: str = ""
+    config: RetrievalConfig,
+    counter: TokenCounter,
+    picked: Sequence[Candidate],
+    query: str = "",
+    lend: int = 0,
 ) -> tuple[list[Candidate], tuple[HumanMessage, int] | None]:
     """What goes into the context message, and the message with its tokens (None when
     nothing fits): 1. the results, best first, each whole or not at all, while they fit
@@ -145,8 +150,9 @@ def pick_blocks(
 
     Blocks are costed one by one (O(results), not a recount of the message per result);
     the message is then counted exactly, and while a tokenizer's joins make it cost more
-    than the budget, the last result chosen leaves again."""
-    budget = context_budget(config)
+    than the budget, the last result chosen leaves again. ``lend``: tokens the view's oldest
+    turns may lend on top of ``max_retrieved_tokens`` (see :mod:`~.lending`)."""
+    budget = context_budget(config) + lend
     used = context_message(counter, [])[1]
     if used > budget:
         return [], None
@@ -180,20 +186,32 @@ def pick_blocks(
                 used += cost
                 break
     if config.neighbors:
-        for i, (c, block) in enumerate(list(chosen)):
-            if not c.prev:
-                continue
-            wider = _block(c, with_prev=True, terms=terms, round_terms=round_terms)
-            more = counter.count_text(wider + "\n") - counter.count_text(block + "\n")
-            if used + more <= budget:
-                chosen[i] = (c, wider)
-                used += more
+        _widen(counter, chosen, budget - used, terms, round_terms)
     while chosen:
         message, tokens = context_message(counter, chosen)
         if tokens <= budget:
             return [c for c, _ in chosen], (message, tokens)
         chosen.pop()
     return [], None
+
+
+def _widen(
+    counter: TokenCounter,
+    chosen: list[tuple[Candidate, str]],
+    room: int,
+    terms: frozenset[str] | None,
+    round_terms: frozenset[str] | None,
+) -> None:
+    """Each chosen turn with the turn before it (its neighbour), best first, while ``room``
+    lasts (in place)."""
+    for i, (c, block) in enumerate(list(chosen)):
+        if not c.prev:
+            continue
+        wider = _block(c, with_prev=True, terms=terms, round_terms=round_terms)
+        more = counter.count_text(wider + "\n") - counter.count_text(block + "\n")
+        if more <= room:
+            chosen[i] = (c, wider)
+            room -= more
 
 
 def compose(
@@ -205,10 +223,15 @@ def compose(
     errors: tuple[str, ...],
     indexed: int,
     query: str = "",
+    lend: int = 0,
+    options: Sequence[Cut] = (),
 ) -> MemoryResult:
     """The inner view with the context message placed late (``context_position``), so the
-    cached prompt prefix stays the same."""
-    chosen, message = pick_blocks(config, counter, picked, query)
+    cached prompt prefix stays the same. With ``lend`` (a question about the past, see
+    ``past_tokens``), the context may cost that much more, and the view then leaves out its
+    oldest turns (one of ``options``, :func:`~.lending.cuts`) to pay what it spent beyond
+    ``max_retrieved_tokens``, for this request only."""
+    chosen, message = pick_blocks(config, counter, picked, query, lend)
     budget = inner.report.budget  # the inner's, with the context's share held back: add it
     report = replace(
         inner.report,
@@ -220,6 +243,17 @@ def compose(
     if message is None:
         return MemoryResult(view, state, report)
     context, cost = message
+    view, cut = lent_view(view, options, cost - context_budget(config))
+    if cut is not None:
+        left_out = len(inner.messages) - len(view)
+        report = replace(
+            report,
+            tokens_after=report.tokens_after - cut.tokens,
+            messages_after=report.messages_after - left_out,
+            messages_dropped=report.messages_dropped + left_out,
+            prefix_kept=False,
+            lent=left_out,
+        )
     view.insert(context_position(view), context)
     report = replace(
         report,

@@ -153,6 +153,33 @@ def retrieved_budget(given: int | None, alias: int | None, inner: object = None)
     return alias, "max_tokens"
 
 
+_PAST_WHY = (
+    "it is what the context message may cost when the question is about the past, lent by "
+    "the view's oldest turns (0 or None, the default: never more than max_retrieved_tokens)"
+)
+
+
+def past_budget(given: int | None, context: int, inner: object) -> int:
+    """What the context message may cost when the question is about the past (``past_tokens``,
+    resolved): ``context`` (no lending) when not given or 0."""
+    if not given:
+        return context
+    limit = getattr(getattr(inner, "config", None), "max_tokens", None)
+    if not isinstance(limit, int):
+        raise ValueError(
+            f"Retrieval: past_tokens ({given:,}) is lent by the view's oldest turns from "
+            f"the inner budget, and {type(inner).__name__} has no max_tokens; drop "
+            "past_tokens or use a strategy with a token budget (TokenBudget, SummaryBuffer)"
+        )
+    if given < context:
+        raise ValueError(
+            f"Retrieval: past_tokens ({given:,}) must be at least max_retrieved_tokens "
+            f"({context:,}): it is what a question about the past may spend in all, the view's "
+            "oldest turns lending the difference (0: no lending)"
+        )
+    return given
+
+
 def check_room(inner: Strategy, name: str, tokens: int) -> None:
     """The retrieved context's budget is held back from the inner budget (like a reserve):
     refuse one that leaves the inner view nothing, naming *this* parameter (the inner strategy
@@ -219,6 +246,7 @@ class RetrievalConfig:
     dense_index: DenseIndex | None = None
     prefetch_embeddings: bool = False
     index_cache_bytes: int = DEFAULT_INDEX_CACHE_BYTES
+    past_tokens: int | None = None
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -260,6 +288,8 @@ class RetrievalConfig:
             )
         if self.max_retrieved_tokens is not None:
             check_int("max_retrieved_tokens", self.max_retrieved_tokens, 1, _BUDGET_WHY)
+        if self.past_tokens is not None:
+            check_int("past_tokens", self.past_tokens, 0, _PAST_WHY)
         for name in ("min_query_length", "neighbors", "query_messages", "neighbor_chars"):
             check_int(name, getattr(self, name), 0, "0 turns the feature off")
         if self.neighbors > 1:
