@@ -83,6 +83,7 @@ from bench.retrieval_config import (
     FULL,
     GOALS_DATASET,
     HEADLINE,
+    JOINED_DATASET,
     QUICK,
     ROUND2_ALL_FACTS_TARGET,
     ROUND2_FACTS_TARGET,
@@ -96,7 +97,7 @@ from bench.retrieval_config import (
     resolved_candidates,
     resolved_context_tokens,
 )
-from bench.retrieval_data import Conversation, load_cri, load_cri_facts
+from bench.retrieval_data import Conversation, joined_questions, load_cri, load_cri_facts
 from bench.retrieval_measure import (
     CachedEmbeddings,
     _aggregate_e2e,
@@ -185,7 +186,16 @@ def run_retrieval(
         config, log, clock, counter, cri_1p, e2e, embeddings, evidence, headline_rows, planted
     )
 
-    ideas = _ideas_section(config, log, clock, counter, cri_1p, e2e, embeddings, evidence)
+    joined = partial(
+        _e2e_cell,
+        {JOINED_DATASET: [joined_questions(c) for c in facts_1p]},
+        config,
+        counter,
+        embeddings,
+        context_tokens,
+        JOINED_DATASET,
+    )
+    ideas = _ideas_section(config, log, clock, counter, cri_1p, e2e, embeddings, evidence, joined)
 
     replay = _replay(cri, config, counter, embeddings)
     log(f"[retrieval] 4. replayed {replay['turns']} turns ({clock.elapsed:.0f} s)")
@@ -439,9 +449,11 @@ def _ideas_section(
     e2e: Any,
     embeddings: Any,
     evidence: Any,
+    joined: Any,
 ) -> list[dict[str, Any]]:
     """The ideas tried (``bench/retrieval_ideas.py``): each on A' and B (the defaults' cells as
-    measured in section 2) and on small talk after the CRI thread."""
+    measured in section 2), on A' joined two by two (``joined``: a spec's cell) and on small
+    talk after the CRI thread."""
     from bench.retrieval_ideas import IDEAS
 
     out: list[dict[str, Any]] = []
@@ -451,6 +463,7 @@ def _ideas_section(
             name: evidence[name][HEADLINE] if spec.label == HEADLINE else e2e(name, spec)[0]
             for name in (GOALS_DATASET, "planted")
         }
+        cells[JOINED_DATASET] = joined(spec)[0]
         small = _aggregate_small_talk(_small_talk(cri_1p, spec, config, counter, embeddings))
         out.append(
             {
@@ -582,6 +595,33 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
+#: the second round's latency goal: ``Retrieval.apply`` p50 at most this many times the first
+#: round's defaults, side by side, at the largest size measured
+ROUND2_LATENCY_RATIO = 1.5
+
+
+def _latency_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """``Retrieval.apply`` p50 against the first round's defaults, at the largest size."""
+    sizes = (results.get("latency") or {}).get("sizes") or {}
+    if not sizes:
+        return []
+    size = max(sizes, key=int)
+    cell = sizes[size]
+    apply, anchor = cell.get("apply"), cell.get("apply_first_round")
+    if not apply or not anchor or not anchor.get("median"):
+        return []
+    ratio = apply["median"] / anchor["median"]
+    return [
+        {
+            "name": f"Retrieval.apply p50 at {int(size):,} turns over the first round's "
+            f"defaults, side by side (<= {ROUND2_LATENCY_RATIO:g}x)",
+            "value": ratio,
+            "shown": f"{ratio:.2f}x ({apply['median']:.1f} / {anchor['median']:.1f} ms)",
+            "passed": ratio <= ROUND2_LATENCY_RATIO,
+        }
+    ]
+
+
 def _round2_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The second round's goals (retrieval recall), with the defaults: A' every fact and share
     of facts, and the same on its multi-fact questions; B evidence available with
@@ -609,6 +649,7 @@ def _round2_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
          "evidence available", para["evidence_available"], ROUND2_PLANTED_TARGET),
     )  # fmt: skip
     a_checks = [check(n, v, g) for d, n, v, g in round2 if d == GOALS_DATASET]
+    a_checks += _latency_checks(results)
     b_checks = [check(n, v, g) for d, n, v, g in round2 if d == "planted"]
     return [
         {

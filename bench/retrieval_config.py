@@ -31,6 +31,7 @@ __all__ = [
     "GATE_ALWAYS",
     "GOALS_DATASET",
     "HEADLINE",
+    "JOINED_DATASET",
     "LENDING",
     "MULTI_FACTS",
     "QUICK",
@@ -82,6 +83,11 @@ MULTI_FACTS = 2
 
 #: the data set the issue's goals are set on
 GOALS_DATASET = "cri_facts_1p"
+
+
+#: A' questions joined two by two ("What do I do for work, and where do I live?"): the ideas
+#: table measures query decomposition on them
+JOINED_DATASET = "cri_facts_1p_joined"
 
 
 #: the issue's anchors
@@ -281,10 +287,13 @@ class _E2E:
     choice: str = ""
     #: an idea tried (``bench/retrieval_ideas.py``: the class it runs as; "" for Retrieval)
     idea: str = ""
-    #: RetrievalConfig.feedback (pseudo-relevance feedback on the dense side; off by default)
-    feedback: bool = False
+    #: RetrievalConfig.feedback (pseudo-relevance feedback on the dense side; None: Retrieval's
+    #: default, off)
+    feedback: bool | None = None
     #: RetrievalConfig.past_tokens (None: Retrieval's default, no lending)
     past_tokens: int | None = None
+    #: RetrievalConfig.decompose (query decomposition; on by default)
+    decompose: bool = True
 
 
 def _e2e_configs() -> list[_E2E]:
@@ -310,6 +319,7 @@ def _e2e_configs() -> list[_E2E]:
             compact=False,
             gate="always",
             feedback=False,
+            decompose=False,
             choice="all five, as before",
         ),
         _E2E("SummaryBuffer (fake) + Retrieval hybrid", "hybrid", inner="Summary"),

@@ -45,9 +45,10 @@ cache pays for each once.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ __all__ = [
     "Conversation",
     "Question",
     "cri_dataset_dir",
+    "joined_questions",
     "load_cri",
     "load_cri_facts",
 ]
@@ -417,3 +419,22 @@ def load_cri_facts(
         ),
         facts_without_evidence=dropped,
     )
+
+
+def joined_questions(conversation: Conversation) -> Conversation:
+    """``conversation`` with each question that has facts joined to the next one ("What do I
+    do for work, and where do I live?"): questions that ask two things, whose facts are both
+    questions' (query decomposition is measured on them; CRI's own questions ask one thing)."""
+    asked = [q for q in conversation.questions if q.facts]
+    joined = tuple(
+        replace(
+            a,
+            qid=f"{a.qid}+{b.qid}",
+            text=f"{a.text.rstrip('?. ')}, and {b.text[:1].lower()}{b.text[1:]}",
+            relevant=tuple(dict.fromkeys((*a.relevant, *b.relevant))),
+            facts=(*a.facts, *b.facts),
+            depth=min(a.depth, b.depth),
+        )
+        for a, b in itertools.pairwise(asked)
+    )
+    return replace(conversation, name=f"{conversation.name}-joined", questions=joined)

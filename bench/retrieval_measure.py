@@ -9,7 +9,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -329,8 +329,9 @@ def _strategy(
         config=RetrievalConfig(
             neighbors=spec.neighbors,
             compact=spec.compact,
-            feedback=spec.feedback,
+            **({} if spec.feedback is None else {"feedback": spec.feedback}),
             past_tokens=spec.past_tokens,
+            decompose=spec.decompose,
             min_score=spec.min_score,
             rrf_k=config.rrf_k,
             dense_weight=config.dense_weight,
@@ -562,8 +563,9 @@ def _latency(
             )
             cells["hybrid"].append(time.perf_counter() - started)
         del store, index
-        applied, indexed = _apply_latency(groups, size, queries, config, counter, timed)
+        applied, anchor, indexed = _apply_latency(groups, size, queries, config, counter, timed)
         cells["apply"] = applied
+        cells["apply_first_round"] = anchor
         out["sizes"][str(size)] = {
             "indexed_turns": size,
             "distinct_texts": min(size, len(turns)),
@@ -599,25 +601,31 @@ def _apply_latency(
     config: RetrievalBenchConfig,
     counter: Any,
     timed: CachedEmbeddings,
-) -> tuple[list[float], int]:
+) -> tuple[list[float], list[float], int]:
     """One ``Retrieval.apply`` per query (the default hybrid, fresh query embeddings) after a
-    thread of ``size`` turns (real turns repeated, fresh ids) was indexed; and how many turns
-    the index holds."""
+    thread of ``size`` turns (real turns repeated, fresh ids) was indexed, and side by side
+    (each query timed on both, one after the other) the same with the first round's defaults
+    (no dense feedback, no query decomposition: the anchor); and how many turns the index
+    holds."""
     messages: list[BaseMessage] = []
     for i in range(size):
         for j, m in enumerate(groups[i % len(groups)]):
             messages.append(m.model_copy(update={"id": f"latency-{i}-{j}"}))
-    strategy = _strategy(_min_score_spec(None), config, counter, timed)
-    state = strategy.apply(messages).state
+    spec = _min_score_spec(None)
+    first_round = replace(spec, feedback=False, decompose=False)
+    strategies = [_strategy(s, config, counter, timed) for s in (spec, first_round)]
+    states = [s.apply(messages).state for s in strategies]
     question = HumanMessage("", id="latency-question")
-    strategy.apply([*messages, question.model_copy(update={"content": queries[0]})], state)
-    seconds: list[float] = []
+    for strategy, state in zip(strategies, states, strict=True):
+        strategy.apply([*messages, question.model_copy(update={"content": queries[0]})], state)
+    seconds: tuple[list[float], list[float]] = ([], [])
     for query in queries:
         asked = question.model_copy(update={"content": query})
-        started = time.perf_counter()
-        strategy.apply([*messages, asked], state)
-        seconds.append(time.perf_counter() - started)
-    return seconds, state.indexed_turns
+        for strategy, state, out in zip(strategies, states, seconds, strict=True):
+            started = time.perf_counter()
+            strategy.apply([*messages, asked], state)
+            out.append(time.perf_counter() - started)
+    return seconds[0], seconds[1], states[0].indexed_turns
 
 
 def _texts_to_embed(conversations: Iterable[Conversation], replayed: Conversation) -> list[str]:

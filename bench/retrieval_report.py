@@ -21,6 +21,7 @@ from bench.retrieval_config import (
     FACTS_TARGET,
     GOALS_DATASET,
     HEADLINE,
+    JOINED_DATASET,
     RANKING_LABELS,
     RANKINGS,
     REF_RANKINGS,
@@ -143,7 +144,9 @@ def _ideas_lines(results: dict[str, Any]) -> list[str]:
         "",
         "Each idea is the default hybrid row with one thing changed (`bench/retrieval_ideas.py`), "
         "measured in this run on A' (CRI facts, first person; multi-fact = its questions with "
-        "two facts or more) and B (planted facts; paraphrased = its questions that share no "
+        'two facts or more; joined = its questions joined two by two, "What do I do for work, '
+        "and where do I live?\", whose facts are both questions') and B (planted facts; "
+        "paraphrased = its questions that share no "
         "content word with their evidence), with `gate='auto'`; small talk = the median tokens "
         "added on the small-talk turns after the CRI thread (with a context message: how many "
         "of them). Kept = now one of `Retrieval`'s defaults.",
@@ -152,6 +155,7 @@ def _ideas_lines(results: dict[str, Any]) -> list[str]:
     rows = []
     for idea in ideas:
         a, b, st = idea[GOALS_DATASET], idea["planted"], idea["small_talk"]
+        j = idea.get(JOINED_DATASET) or {}
         rows.append(
             [
                 idea["what"],
@@ -160,6 +164,8 @@ def _ideas_lines(results: dict[str, Any]) -> list[str]:
                 pct(a["fact_recall"]),
                 pct(a["multi_fact"]["all_facts_available"]),
                 pct(a["multi_fact"]["fact_recall"]),
+                pct(j.get("all_facts_available")),
+                pct(j.get("fact_recall")),
                 pct(b["evidence_available"]),
                 pct(b["paraphrased"]["evidence_available"]),
                 f"{num(st['tokens_added']['median'])} ({st['with_context']} of {st['asks']})",
@@ -174,6 +180,8 @@ def _ideas_lines(results: dict[str, Any]) -> list[str]:
             "A' share",
             "A' multi-fact: every fact",
             "A' multi-fact: share",
+            "A' joined: every fact",
+            "A' joined: share",
             "B gate=auto",
             "B paraphrased",
             "small talk tokens",
@@ -475,12 +483,17 @@ def _latency_lines(results: dict[str, Any], meta: Any) -> list[str]:
         "(the turns of the view itself are not indexed: the index holds the number in "
         "brackets): TokenBudget's cut, the searches, fusion and packing. Turns are indexed as "
         "`Retrieval` indexes them (one vector per message). Indexed texts are real turns, "
-        "repeated past the distinct ones.",
+        "repeated past the distinct ones. first round = the same `Retrieval.apply` with the "
+        "first round's defaults (`feedback=False, decompose=False`), timed side by side (each "
+        "question on both, one after the other); ratio = apply's median over it.",
         "",
     ]
     rows = []
     for size, cell in lat["sizes"].items():
-        apply = cell.get("apply")
+        apply, anchor = cell.get("apply"), cell.get("apply_first_round")
+        ratio = (
+            apply["median"] / anchor["median"] if apply and anchor and anchor["median"] else None
+        )
         rows.append(
             [
                 f"{int(size):,} ({cell['distinct_texts']:,} distinct)",
@@ -491,9 +504,14 @@ def _latency_lines(results: dict[str, Any], meta: Any) -> list[str]:
                 "n/a"
                 if apply is None
                 else f"{median_p90(apply, thousands='')} ({cell.get('apply_indexed_turns', 0):,})",
+                "n/a" if anchor is None else median_p90(anchor, thousands=""),
+                "n/a" if ratio is None else f"{ratio:.2f}x",
             ]
         )
-    lines += md_table(["indexed turns", "dense", "embed", "BM25", "hybrid", "apply"], rows)
+    lines += md_table(
+        ["indexed turns", "dense", "embed", "BM25", "hybrid", "apply", "first round", "ratio"],
+        rows,
+    )
     lines.append("")
     idx = lat["index_per_turn"]
     rate = lat.get("embed_documents_per_s")

@@ -57,7 +57,7 @@ class Sweep:
     window: int = 0
     min_words: int = 40
     roles: tuple[str, ...] = ("user", "assistant")
-    feedback: bool = False
+    feedback: bool | None = None
 
 
 _GATE = "langmem_ext.retrieval.strategy"

@@ -113,7 +113,8 @@ def fuse(
         "passage": config.max_passages,
     }
     fused = reciprocal_rank_fusion(rankings, k=config.rrf_k, weights=weights)
-    for uid, _ in fused:
+    firsts = _clause_firsts(config, getattr(turns, "clauses", ()), by_uid)
+    for uid in [*firsts, *(uid for uid, _ in fused if uid not in firsts)]:
         c = by_uid[uid]
         norm = normalized(c.text)
         if norm in texts or counts[c.kind] >= caps[c.kind]:
@@ -122,6 +123,26 @@ def fuse(
         counts[c.kind] += 1
         picked.append(c)
     return picked
+
+
+#: query decomposition: each clause's best results this many go first, before the fused order
+CLAUSE_QUOTA = 1
+
+
+def _clause_firsts(
+    config: RetrievalConfig,
+    clauses: Sequence[Sequence[tuple[float, Sequence[Candidate]]]],
+    kept: Collection[str],
+) -> list[str]:
+    """The best ``CLAUSE_QUOTA`` results of each clause (its own rankings fused), clause by
+    clause, among ``kept`` (what the view does not show and the floor let through)."""
+    firsts: list[str] = []
+    for clause in clauses:
+        rankings = [[c.uid for c in ranking if c.uid in kept] for _, ranking in clause]
+        weights = [weight for weight, _ in clause]
+        order = reciprocal_rank_fusion(rankings, k=config.rrf_k, weights=weights)
+        firsts += [uid for uid, _ in order if uid not in firsts][:CLAUSE_QUOTA]
+    return firsts
 
 
 def context_message(

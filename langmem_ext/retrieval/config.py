@@ -247,6 +247,7 @@ class RetrievalConfig:
     prefetch_embeddings: bool = False
     index_cache_bytes: int = DEFAULT_INDEX_CACHE_BYTES
     past_tokens: int | None = None
+    decompose: bool = True
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -317,6 +318,10 @@ class RetrievalConfig:
         )
         if not isinstance(self.compact, bool):
             raise TypeError(f"Retrieval: compact must be a bool, got {type(self.compact).__name__}")
+        if not isinstance(self.decompose, bool):
+            raise TypeError(
+                f"Retrieval: decompose must be a bool, got {type(self.decompose).__name__}"
+            )
         if not isinstance(self.feedback, bool):
             raise TypeError(
                 f"Retrieval: feedback must be a bool, got {type(self.feedback).__name__}"

@@ -41,6 +41,41 @@ FEEDBACK_WEIGHT = 0.7
 FEEDBACK_TURNS = 3
 
 
+#: query decomposition: a clause's rankings weigh this much against the whole question's
+#: (measured on conjoined CRI first-person questions, bench/retrieval.py: 0.5, 1 and 2; 2 best)
+CLAUSE_WEIGHT = 2.0
+
+
+class Searched(list[tuple[float, list[Candidate]]]):
+    """A question's rankings, each with its fusion weight (a list, like any search's), and
+    ``clauses``: the rankings of each of its clauses (query decomposition), which the fusion
+    gives a place each (``compose.fuse``)."""
+
+    def __init__(
+        self,
+        rankings: Sequence[tuple[float, list[Candidate]]],
+        clauses: Sequence[Sequence[tuple[float, list[Candidate]]]] = (),
+    ) -> None:
+        super().__init__(rankings)
+        self.clauses = [list(clause) for clause in clauses]
+
+
+def clauses_io(
+    whole: Io[list[tuple[float, list[Candidate]]]],
+    parts: Sequence[Io[list[tuple[float, list[Candidate]]]]],
+) -> Io[list[tuple[float, list[Candidate]]]]:
+    """The whole question's rankings, then each clause's (query decomposition), the clauses'
+    weighed ``CLAUSE_WEIGHT`` times theirs, and kept apart too (:class:`Searched`): the fusion
+    then places each clause's best result first, so a question that asks two things brings
+    back the evidence of both, not only turns that match it as a whole."""
+    rankings = yield from whole
+    found = []
+    for part in parts:
+        found.append((yield from part))
+    weighed = [(weight * CLAUSE_WEIGHT, ranking) for clause in found for weight, ranking in clause]
+    return Searched([*rankings, *weighed], found)
+
+
 def turns_io(
     setup: IndexSetup,
     query: str,

@@ -97,10 +97,11 @@ from langmem_ext.retrieval.layout import MARKS, TURNS
 from langmem_ext.retrieval.lending import Cut, cuts
 from langmem_ext.retrieval.model_steps import model_for, rerank_flow, rewrite_flow
 from langmem_ext.retrieval.prefetch import Prefetch, Prefetched, upcoming
-from langmem_ext.retrieval.search import turns_io
+from langmem_ext.retrieval.search import clauses_io, turns_io
 from langmem_ext.retrieval.text import (
     STRONG_MATCH,
     asks_about_the_past,
+    clauses,
     last_human,
     message_text,
     summary_facts,
@@ -181,8 +182,9 @@ class Retrieval(Strategy, Folding):
             default is hybrid when the store has an index, else BM25.
         gate: when the memory (evicted turns and facts) is searched. ``"auto"`` (default):
             when the question may need the past: it refers to the speaker or the conversation
-            ("my", "I", "we", "did you say", "remember", "again", ...), names something the
-            memory holds, or an evicted turn matches it strongly (dense similarity >= 0.6);
+            ("my", "I", "we", "did you say", "remember", "again", ...), asks what should be
+            done or given ("which ID should go on the claim?"), names something the memory
+            holds, or an evicted turn matches it strongly (dense similarity >= 0.6);
             small talk and general-knowledge requests ("what is the capital of Australia?")
             add 0 tokens
             (:func:`asks_about_the_past`; a query with no English function word is always
@@ -233,10 +235,11 @@ class Retrieval(Strategy, Folding):
             query's vector plus 0.7 of the mean first row of its 3 best results is searched
             again, as one more ranking in the fusion, so a question worded unlike its answers
             also finds turns worded like the ones it found first (CRI first person: every fact
-            of a question 76.7% against 71.2%, bench/retrieval.py). Its similarities are not
-            the query's: the gate and ``min_score`` never read them. Off by default: with a
-            small context budget a single distinctive turn can lose its place to generic turns
-            the feedback also favours (planted facts: 92.9% against 93.8%).
+            of a question 76.7% against 71.2%; planted facts 96.4% either way,
+            bench/retrieval.py). Its similarities are not the query's: the gate and
+            ``min_score`` never read them. Off by default: at a small context budget (a turn
+            or two) a distinctive turn loses its place to the generic turns the feedback also
+            favours (on by default, 48 of the 408 tests in tests/retrieval failed that way).
         past_tokens: a budget that follows the question. When the question is about the past
             (what ``gate="auto"`` searches for: a cue word, a name the memory holds, or a strong
             dense match; never an agent's step), the context message may cost up to this much,
@@ -249,8 +252,16 @@ class Retrieval(Strategy, Folding):
             neither folded nor retrievable and the prompt's prefix changes (a cache miss);
             measured at 4,500-token requests, ``past_tokens=2_250`` finds every fact of a CRI
             question for 76.7% of the questions against 71.2%, but planted facts told a few
-            dozen messages earlier (in the lent turns) fall from 93.8% to 87.5%
+            dozen messages earlier (in the lent turns) fall from 96.4% to 89.3%
             (bench/retrieval.py).
+        decompose: query decomposition, without a model. A question that asks several things
+            ("What do I do for work, and where do I live?": split at a semicolon, a question
+            mark, "and" or a comma before a question word) is searched whole and clause by
+            clause (at most 4), each clause's rankings weighing twice the whole question's in
+            the fusion and its best result packed first, so the evidence of each clause comes
+            back, not only turns that match the whole question. A one-clause question is
+            searched as it is. True by default (conjoined CRI first-person questions: every
+            fact of both 31.9% against 24.6%, bench/retrieval.py).
         model_steps: a :class:`~langmem_ext.retrieval.model_steps.ModelSteps`: an optional
             query rewrite and rerank through a chat model (default: the inner strategy's
             summarizer model), each within its timeout, a failure changing nothing; their tokens
@@ -469,7 +480,7 @@ class Retrieval(Strategy, Folding):
         turns, outcomes = yield _Together(
             _StoreFlow(
                 self.store,
-                self._turns_io(search, who, after.indexed_turns),
+                self._searched_io(search, messages, who, after.indexed_turns, step),
                 embeddings=self._embeddings,
             ),
             _SourceSearch(c.sources, search, c.per_ranking, c.source_timeout),
@@ -707,6 +718,25 @@ class Retrieval(Strategy, Folding):
         """The memory index's rankings of ``query`` (see :func:`~.search.turns_io`); a store
         found to have lost the thread is checked again by the next call (``_recover``)."""
         return turns_io(self._setup, query, key, known, lambda: self._forget_checked(key))
+
+    def _searched_io(
+        self,
+        search: str,
+        messages: Sequence[BaseMessage],
+        key: MemoryKey,
+        known: int,
+        step: bool,
+    ) -> Io[list[tuple[float, list[Candidate]]]]:
+        """The rankings of ``search``, and of each clause of a question that asks several
+        things (``decompose``; never an agent's step)."""
+        whole = self._turns_io(search, key, known)
+        last = last_human(messages)
+        if step or not self.config.decompose or last is None:
+            return whole
+        parts = clauses(message_text(messages[last]))
+        if not parts:
+            return whole
+        return clauses_io(whole, [self._turns_io(part, key, known) for part in parts])
 
     def _fuse(
         self,

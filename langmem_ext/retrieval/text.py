@@ -26,6 +26,12 @@ _PERSONAL = re.compile(
     r"|(?:did|have|had) you|you (?:said|suggested|recommended|mentioned|told|gave|wrote))\b",
     re.IGNORECASE,
 )
+#: ``gate="auto"``: a question about what should be done or given ("which ID should go on the
+#: claim?", "what should they type to get in?") asks for the speaker's own situation, as often
+#: as not told earlier (planted facts: the gate's three misses; none of the small talk)
+_SITUATED = re.compile(
+    r"\b(?:what|which|who|whom|where|when|how)\b[^.!?]*\bshould\b", re.IGNORECASE
+)
 #: a capitalised word that does not start a sentence: a name, to be looked up in the memory
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'’-]*")
 #: a dense similarity this high is a match whatever the wording (bench/retrieval.py: small talk
@@ -36,7 +42,8 @@ STRONG_MATCH = 0.6
 def asks_about_the_past(query: str, known: Callable[[str], bool] | None = None) -> bool:
     """``gate="auto"``'s reading of a question (English): whether it may need the conversation's
     past. True when it refers to the speaker or the conversation (I, my, we, "did you say",
-    "remember", "earlier", ...), or names something the memory holds (a capitalised word for
+    "remember", "earlier", ...), asks what should be done or given ("which ID should go on the
+    claim?"), or names something the memory holds (a capitalised word for
     which ``known(token)`` is true; every name counts without ``known``). A query with no
     English function word at all is not read (True: searched as always).
 
@@ -44,16 +51,46 @@ def asks_about_the_past(query: str, known: Callable[[str], bool] | None = None) 
     False
     >>> asks_about_the_past("Where did I park the car?")
     True
+    >>> asks_about_the_past("The courier is here: what should they type?", known=lambda w: False)
+    True
     >>> asks_about_the_past("Who is Elena?", known=lambda w: w == "elena")
     True
     """
     words = re.findall(r"\w+", query.lower())
     if not any(w in STOP_WORDS for w in words):
         return True  # not English (or no sentence): no reading, no gate
-    if _PERSONAL.search(query):
+    if _PERSONAL.search(query) or _SITUATED.search(query):
         return True
     names = [n.lower() for n in _NAME.findall(query.strip())]
     return any(known is None or any(known(t) for t in tokenize(n)) for n in names)
+
+
+#: query decomposition: where a question that asks several things splits into clauses (a
+#: semicolon, a question mark, "and" before a question word, an auxiliary or "my", a comma before
+#: a question word): "What do I do for work, and where do I live?"
+_CLAUSE = re.compile(
+    r"\s*(?:[;?]"
+    r"|,?\s+and\s+(?=(?:what|which|who|whom|whose|where|when|why|how|do|does|did|is|are|was"
+    r"|were|can|could|my|tell)\b)"
+    r"|,\s*(?=(?:what|which|who|whom|whose|where|when|why|how)\b))\s*",
+    re.IGNORECASE,
+)
+#: query decomposition: at most this many clauses are searched (the first ones)
+MAX_CLAUSES = 4
+
+
+def clauses(question: str) -> list[str]:
+    """The clauses of a question that asks several things, each of at least two words and one
+    content word (at most :data:`MAX_CLAUSES`); none when it asks one thing.
+
+    >>> clauses("What do I do for work, and where do I live?")
+    ['What do I do for work', 'where do I live']
+    >>> clauses("What are my hobbies?")
+    []
+    """
+    parts = [p.strip(" ,.") for p in _CLAUSE.split(question)]
+    kept = [p for p in parts if len(p.split()) >= 2 and tokenize(p)]
+    return kept[:MAX_CLAUSES] if len(kept) > 1 else []
 
 
 def message_text(message: BaseMessage) -> str:

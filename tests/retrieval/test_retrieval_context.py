@@ -331,6 +331,21 @@ def test_a_name_the_memory_does_not_hold_is_small_talk() -> None:
     assert not asks_about_the_past("Explain. Tell a story about trains", known.__contains__)
 
 
+@pytest.mark.parametrize(
+    ("question", "searched"),
+    [
+        ("Which employee identifier should go on the expense claim?", True),
+        ("A delivery driver is downstairs - what should they type to get in?", True),
+        ("how much water should an adult drink a day?", True),  # the cost: searched too
+        ("that should work, thanks", False),  # no question word: not a question
+        ("It should rain. What is the capital of Australia?", False),  # another sentence
+    ],
+)
+def test_a_question_about_what_should_be_done_is_searched(question: str, searched: bool) -> None:
+    """What should be done or given depends on the speaker's situation, often told earlier."""
+    assert asks_about_the_past(question, known=lambda term: False) is searched
+
+
 def test_a_strong_match_retrieves_without_any_cue() -> None:
     """A question worded like an evicted turn (dense similarity >= 0.6) is answered from it even
     without a personal word."""
