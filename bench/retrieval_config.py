@@ -294,6 +294,8 @@ class _E2E:
     past_tokens: int | None = None
     #: RetrievalConfig.decompose (query decomposition; on by default)
     decompose: bool = True
+    #: RetrievalConfig.query_messages (the messages before the question that join its query)
+    query_messages: int = 0
 
 
 def _e2e_configs() -> list[_E2E]:

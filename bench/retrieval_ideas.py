@@ -207,6 +207,14 @@ IDEAS: tuple[Idea, ...] = (
         "the same at 2,500 context tokens",
     ),
     Idea(
+        _E2E(f"{HEADLINE}, query_messages=1", "hybrid", query_messages=1),
+        False,
+        "query expansion from the conversation: the message before the question joins its "
+        "query (`RetrievalConfig(query_messages=1)`; 2 measured too: worse). The recent turns "
+        "pull the search towards what was just said, and every query then names something the "
+        "memory holds, so small talk is searched too",
+    ),
+    Idea(
         _E2E(f"{HEADLINE}, dense MMR", "hybrid", idea="mmr"),
         False,
         f"maximal marginal relevance on the dense side: the fused results reordered by "

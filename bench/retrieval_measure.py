@@ -332,6 +332,7 @@ def _strategy(
             **({} if spec.feedback is None else {"feedback": spec.feedback}),
             past_tokens=spec.past_tokens,
             decompose=spec.decompose,
+            query_messages=spec.query_messages,
             min_score=spec.min_score,
             rrf_k=config.rrf_k,
             dense_weight=config.dense_weight,

@@ -114,17 +114,20 @@ def _pool(config: WorkerRssConfig, folder: Path) -> tuple[Path, dict[str, Any]]:
     import numpy as np
 
     from bench.retrieval_data import load_cri
+    from langmem_ext.retrieval.text import clauses
 
     messages = load_cri().messages[: config.pool_messages]
     rows = [
         {"role": "user" if m.type == "human" else "assistant", "content": str(m.content)}
         for m in messages
     ]
-    # what gets embedded: each message as a query, and as a part of a turn (``render_turn``:
+    # what gets embedded: each message as a query (and each of its clauses: query
+    # decomposition searches them too), and as a part of a turn (``render_turn``:
     # ``user: ...`` / ``assistant: ...``, the body stripped)
     texts = list(
         dict.fromkeys(
             [r["content"] for r in rows]
+            + [part for r in rows for part in clauses(r["content"])]
             + [f"{'user' if r['role'] == 'user' else 'assistant'}: {r['content'].strip()}"
                for r in rows]
         )

@@ -182,9 +182,9 @@ class Retrieval(Strategy, Folding):
             default is hybrid when the store has an index, else BM25.
         gate: when the memory (evicted turns and facts) is searched. ``"auto"`` (default):
             when the question may need the past: it refers to the speaker or the conversation
-            ("my", "I", "we", "did you say", "remember", "again", ...), asks what should be
-            done or given ("which ID should go on the claim?"), names something the memory
-            holds, or an evicted turn matches it strongly (dense similarity >= 0.6);
+            ("my", "I", "we", "did you say", "remember", "again", ...), asks what or which
+            thing should be given or done ("which ID should go on the claim?"), names something
+            the memory holds, or an evicted turn matches it strongly (dense similarity >= 0.6);
             small talk and general-knowledge requests ("what is the capital of Australia?")
             add 0 tokens
             (:func:`asks_about_the_past`; a query with no English function word is always

@@ -26,12 +26,11 @@ _PERSONAL = re.compile(
     r"|(?:did|have|had) you|you (?:said|suggested|recommended|mentioned|told|gave|wrote))\b",
     re.IGNORECASE,
 )
-#: ``gate="auto"``: a question about what should be done or given ("which ID should go on the
-#: claim?", "what should they type to get in?") asks for the speaker's own situation, as often
-#: as not told earlier (planted facts: the gate's three misses; none of the small talk)
-_SITUATED = re.compile(
-    r"\b(?:what|which|who|whom|where|when|how)\b[^.!?]*\bshould\b", re.IGNORECASE
-)
+#: ``gate="auto"``: a question about what or which thing should be given or done ("which ID
+#: should go on the claim?", "what should they type to get in?") asks for a particular value,
+#: often the speaker's own, told earlier (planted facts: the gate's three misses; none of the
+#: small talk). "How long / how much / when should ..." asks for advice: not a cue
+_SITUATED = re.compile(r"\b(?:what|which)\b[^.!?]*\bshould\b", re.IGNORECASE)
 #: a capitalised word that does not start a sentence: a name, to be looked up in the memory
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'’-]*")
 #: a dense similarity this high is a match whatever the wording (bench/retrieval.py: small talk
@@ -42,8 +41,8 @@ STRONG_MATCH = 0.6
 def asks_about_the_past(query: str, known: Callable[[str], bool] | None = None) -> bool:
     """``gate="auto"``'s reading of a question (English): whether it may need the conversation's
     past. True when it refers to the speaker or the conversation (I, my, we, "did you say",
-    "remember", "earlier", ...), asks what should be done or given ("which ID should go on the
-    claim?"), or names something the memory holds (a capitalised word for
+    "remember", "earlier", ...), asks what or which thing should be given ("which ID should go
+    on the claim?"), or names something the memory holds (a capitalised word for
     which ``known(token)`` is true; every name counts without ``known``). A query with no
     English function word at all is not read (True: searched as always).
 

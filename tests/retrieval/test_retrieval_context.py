@@ -336,13 +336,16 @@ def test_a_name_the_memory_does_not_hold_is_small_talk() -> None:
     [
         ("Which employee identifier should go on the expense claim?", True),
         ("A delivery driver is downstairs - what should they type to get in?", True),
-        ("how much water should an adult drink a day?", True),  # the cost: searched too
+        ("what should a beginner read about black holes?", True),  # the cost: searched too
+        ("How long should a warm-up before squats take?", False),  # advice, not a value
+        ("how much water should an adult drink a day?", False),
         ("that should work, thanks", False),  # no question word: not a question
         ("It should rain. What is the capital of Australia?", False),  # another sentence
     ],
 )
 def test_a_question_about_what_should_be_done_is_searched(question: str, searched: bool) -> None:
-    """What should be done or given depends on the speaker's situation, often told earlier."""
+    """What or which thing should be given or done is often the speaker's own value, told
+    earlier; how long or how much something should take is advice."""
     assert asks_about_the_past(question, known=lambda term: False) is searched
 
 
