@@ -288,7 +288,7 @@ class _E2E:
     #: an idea tried (``bench/retrieval_ideas.py``: the class it runs as; "" for Retrieval)
     idea: str = ""
     #: RetrievalConfig.feedback (pseudo-relevance feedback on the dense side; None: Retrieval's
-    #: default, off)
+    #: default, on)
     feedback: bool | None = None
     #: RetrievalConfig.past_tokens (None: Retrieval's default, no lending)
     past_tokens: int | None = None

@@ -154,13 +154,14 @@ IDEAS: tuple[Idea, ...] = (
         "the defaults (the reference)",
     ),
     Idea(
-        _E2E(f"{HEADLINE}, feedback=True", "hybrid", feedback=True),
-        False,
-        "pseudo-relevance feedback on the dense side (`RetrievalConfig(feedback=True)`, opt-in): "
-        "the query's vector plus 0.7 of the mean first row of its 3 best dense results, searched "
-        "again as a ranking of its own (not a default: at a context budget of a turn or two, a "
-        "distinctive turn loses its place to the generic turns the feedback also favours; on by "
-        "default, 48 of the tests in tests/retrieval failed that way)",
+        _E2E(f"{HEADLINE}, feedback=False", "hybrid", feedback=False),
+        True,
+        "pseudo-relevance feedback on the dense side (`RetrievalConfig.feedback`, now a "
+        "default): the query's vector plus 0.7 of the mean first row of its 3 best dense "
+        "results, searched again as a ranking of its own that never decides the first place "
+        "(without that rule, 48 of the tests in tests/retrieval failed: at a budget of a turn "
+        "or two a distinctive turn lost its place to generic ones); this row switches it off "
+        "(`feedback=False`) to show what it adds",
     ),
     Idea(
         _E2E(f"{HEADLINE}, coverage-aware packing", "hybrid", idea="coverage"),

@@ -11,7 +11,7 @@ turns after the CRI thread, like the "Ideas tried" table of ``bench/results/retr
   long message (or of the user's only), so a fact in one sentence of a long message is not
   diluted by the rest (what a stored turn embeds is ``layout.parts_of``);
 * the fusion (``rrf_k``, ``dense_weight``) and how deep each ranking goes (``_CANDIDATES``);
-* some of them with the opt-in dense feedback.
+* some of them without the dense feedback (on by default).
 
 The settings that are constants are changed for one row and restored (``unittest.mock``).
 """
@@ -80,16 +80,16 @@ SWEEPS: tuple[Sweep, ...] = (
     Sweep("dense_weight 3 (default 2)", fields={"dense_weight": 3.0}),
     Sweep("120 candidates a ranking (default 60)", ((_DEPTH, "_CANDIDATES", 120),)),
     Sweep("250 candidates a ranking", ((_DEPTH, "_CANDIDATES", 250),)),
-    Sweep("feedback=True", feedback=True),
-    Sweep("feedback=True, rrf_k 10", fields={"rrf_k": 10}, feedback=True),
+    Sweep("feedback=False", feedback=False),
+    Sweep("feedback=False, rrf_k 10", fields={"rrf_k": 10}, feedback=False),
     Sweep(
-        "feedback=True, windows of 3 sentences, the user's long messages",
+        "feedback=False, windows of 3 sentences, the user's long messages",
         window=3,
         roles=("user",),
-        feedback=True,
+        feedback=False,
     ),
-    Sweep("feedback=True, 120 candidates", ((_DEPTH, "_CANDIDATES", 120),), feedback=True),
-    Sweep("feedback=True, gate threshold 0.45", ((_GATE, "STRONG_MATCH", 0.45),), feedback=True),
+    Sweep("feedback=False, 120 candidates", ((_DEPTH, "_CANDIDATES", 120),), feedback=False),
+    Sweep("feedback=False, gate threshold 0.45", ((_GATE, "STRONG_MATCH", 0.45),), feedback=False),
 )
 
 

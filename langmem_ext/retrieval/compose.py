@@ -21,6 +21,7 @@ from langmem_ext.retrieval.config import RetrievalConfig, context_budget
 from langmem_ext.retrieval.flows import SourceOutcome, TimedOut
 from langmem_ext.retrieval.index import Candidate
 from langmem_ext.retrieval.lending import Cut, lent_view
+from langmem_ext.retrieval.search import Expanded
 from langmem_ext.retrieval.text import (
     ASKS_ASSISTANT,
     compact_round,
@@ -114,6 +115,12 @@ def fuse(
     }
     fused = reciprocal_rank_fusion(rankings, k=config.rrf_k, weights=weights)
     firsts = _clause_firsts(config, getattr(turns, "clauses", ()), by_uid)
+    expanded = [isinstance(r, Expanded) for _, r in [*turns, *((1.0, p) for p in passages)]]
+    if any(expanded):  # the feedback ranking never decides the first place
+        own = [r for r, e in zip(rankings, expanded, strict=True) if not e]
+        own_weights = [w for w, e in zip(weights, expanded, strict=True) if not e]
+        first = [u for u, _ in reciprocal_rank_fusion(own, k=config.rrf_k, weights=own_weights)]
+        firsts = [*firsts, *(u for u in first[:1] if u not in firsts)]
     for uid in [*firsts, *(uid for uid, _ in fused if uid not in firsts)]:
         c = by_uid[uid]
         norm = normalized(c.text)

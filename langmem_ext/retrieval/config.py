@@ -240,7 +240,7 @@ class RetrievalConfig:
     rrf_k: int = RRF_K
     dense_weight: float = DENSE_WEIGHT
     compact: bool = True
-    feedback: bool = False
+    feedback: bool = True
     model_steps: ModelSteps | None = None
     min_score: float | None = None
     dense_index: DenseIndex | None = None

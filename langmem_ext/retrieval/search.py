@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from langgraph.store.base import GetOp, Item, Op, SearchOp
+from numpy.typing import NDArray
 
 from langmem_ext.core.keys import MemoryKey
 from langmem_ext.retrieval.bm25 import BM25Index
@@ -39,6 +40,14 @@ FEEDBACK_WEIGHT = 0.7
 #: pseudo-relevance feedback: how many of the best dense results feed the second search (3
 #: measured best; 2, 4 and 5 gain nothing on CRI)
 FEEDBACK_TURNS = 3
+
+
+_T = TypeVar("_T")
+
+
+class Expanded(list[_T]):
+    """A ranking of the expanded query (``feedback``), marked so that the fusion can tell it
+    from the query's own (``compose.fuse``: it never decides the first place)."""
 
 
 #: query decomposition: a clause's rankings weigh this much against the whole question's
@@ -185,17 +194,15 @@ def in_process_io(
             break
         # a result was gone from the store (deleted, expired: it left the indexes); a
         # search without it, whose statistics do not count it, ranks the rest
-    return [
-        (
-            weight,
-            [
-                scored(held[u], s) if dense_scores else held[u]  # (BM25: as held)
-                for u, s in ranked
-                if u in held
-            ],
-        )
-        for weight, ranked, dense_scores in ranked_uids
-    ]
+    rankings: list[tuple[float, list[Candidate]]] = []
+    for weight, ranked, dense_scores in ranked_uids:
+        found = [
+            scored(held[u], s) if dense_scores else held[u]  # (BM25: as held)
+            for u, s in ranked
+            if u in held
+        ]
+        rankings.append((weight, Expanded(found) if isinstance(ranked, Expanded) else found))
+    return rankings
 
 
 def query_vector_io(setup: IndexSetup, query: str) -> Io[list[float]]:
@@ -225,14 +232,12 @@ def ranked_io(
     near: list[tuple[str, float]] = []
     if query_vector is not None:
         assert lexical.vectors is not None
-        near = lexical.vectors.search(query_vector, c.per_ranking)
+        # with codes in the index, twice as many are searched and ranked again by their rows
+        # below: the best by rows are then among them, as a process that read every turn
+        # finds them (what fusion with another ranking reads, down to the last)
+        wide = 2 * c.per_ranking if lexical.approximate else c.per_ranking
+        near = lexical.vectors.search(query_vector, wide)
         ranked_uids.append((c.dense_weight, near, True))
-        if c.feedback:
-            # its scores are similarities to the expanded vector, not to the query: not dense
-            # scores (the gate and ``min_score`` read the query's own)
-            again = feedback_search(lexical.vectors, query_vector, near, c.per_ranking)
-            if again:
-                ranked_uids.append((c.dense_weight, again, False))
     rough = any(uid in lexical.approximate for uid, _ in near)
     if c.ranking != "dense":
         hits = lexical.index.search(query, c.per_ranking)
@@ -247,9 +252,65 @@ def ranked_io(
         # (``held_io``), and rank them again
         assert lexical.vectors is not None and query_vector is not None
         exact = lexical.vectors.score(query_vector, [uid for uid, _ in near])
-        again = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
-        ranked_uids[0] = (c.dense_weight, again, True)
+        near = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
+    if near:
+        near = near[: c.per_ranking]
+        ranked_uids[0] = (c.dense_weight, near, True)
+    if c.feedback and query_vector is not None:
+        assert lexical.vectors is not None
+        # after the exact re-ranking: the feedback reads the best results' stored rows. Its
+        # scores are similarities to the expanded vector, not to the query: not dense scores
+        # (the gate and ``min_score`` read the query's own)
+        again = yield from feedback_io(setup, lexical, query_vector, near, held)
+        if again:
+            ranked_uids.insert(1, (c.dense_weight, Expanded(again), False))
     return ranked_uids, held
+
+
+def feedback_io(
+    setup: IndexSetup,
+    lexical: Lexical,
+    query: Sequence[float],
+    near: Sequence[tuple[str, float]],
+    held: dict[str, Candidate],
+) -> Io[list[tuple[str, float]]]:
+    """The feedback search (:func:`feedback_search`) of ``query`` over ``lexical``'s vectors,
+    its new results added to ``held``; results found by a block's int8 codes are ranked again
+    by their stored rows once read, as the dense ranking's are, so a fresh process ranks as
+    one that read every turn."""
+    assert lexical.vectors is not None
+    vectors = lexical.vectors
+    expanded = feedback_vector(vectors, query, near)
+    if expanded is None:
+        return []
+    k = setup.config.per_ranking
+    # with codes in the index, twice as many are searched and ranked again by their rows:
+    # the k best by rows are then among them, as a process that read every turn finds them
+    found = vectors.search(expanded, 2 * k if lexical.approximate else k)
+    rough = any(uid in lexical.approximate for uid, _ in found)
+    missing = [uid for uid, _ in found if uid not in held]
+    if missing:
+        held.update((yield from held_io(setup, lexical, missing)))
+    if rough:
+        exact = vectors.score(expanded, [uid for uid, _ in found])
+        found = sorted(exact.items(), key=lambda item: (-item[1], item[0]))
+    return found[:k]
+
+
+def feedback_vector(
+    vectors: VectorIndex, query: Sequence[float], near: Sequence[tuple[str, float]]
+) -> NDArray[np.float32] | None:
+    """The query's vector (unit length) plus ``FEEDBACK_WEIGHT`` times the mean first row of
+    its ``FEEDBACK_TURNS`` best results ``near``; None when there is none, or no query."""
+    rows = vectors.first_rows(uid for uid, _ in near[:FEEDBACK_TURNS])
+    if not len(rows):
+        return None
+    q = np.asarray(query, dtype=np.float32)
+    norm = float(np.linalg.norm(q))
+    if not norm:
+        return None
+    expanded: NDArray[np.float32] = q / norm + FEEDBACK_WEIGHT * rows.mean(axis=0)
+    return expanded
 
 
 def feedback_search(
@@ -262,15 +323,8 @@ def feedback_search(
     (unit length) plus ``FEEDBACK_WEIGHT`` times the mean first row of its ``FEEDBACK_TURNS``
     best results ``near`` (none: no second search). A question worded unlike its answers
     ("What are my hobbies?") finds turns worded like the ones it found first."""
-    rows = vectors.first_rows(uid for uid, _ in near[:FEEDBACK_TURNS])
-    if not len(rows):
-        return []
-    q = np.asarray(query, dtype=np.float32)
-    norm = float(np.linalg.norm(q))
-    if not norm:
-        return []
-    expanded = q / norm + FEEDBACK_WEIGHT * rows.mean(axis=0)
-    return vectors.search(expanded, k)
+    expanded = feedback_vector(vectors, query, near)
+    return [] if expanded is None else vectors.search(expanded, k)
 
 
 def held_io(setup: IndexSetup, lexical: Lexical, uids: Collection[str]) -> Io[dict[str, Candidate]]:

@@ -235,11 +235,12 @@ class Retrieval(Strategy, Folding):
             query's vector plus 0.7 of the mean first row of its 3 best results is searched
             again, as one more ranking in the fusion, so a question worded unlike its answers
             also finds turns worded like the ones it found first (CRI first person: every fact
-            of a question 76.7% against 71.2%; planted facts 96.4% either way,
-            bench/retrieval.py). Its similarities are not the query's: the gate and
-            ``min_score`` never read them. Off by default: at a small context budget (a turn
-            or two) a distinctive turn loses its place to the generic turns the feedback also
-            favours (on by default, 48 of the 408 tests in tests/retrieval failed that way).
+            of a question 76.7% against 71.2% without it; planted facts 96.4% either way,
+            bench/retrieval.py). It never decides the first place: the query's own best result
+            keeps it, so at a budget of one turn the distinctive turn the question names still
+            comes back. Its similarities are not the query's: the gate and ``min_score`` never
+            read them. On by default; False: one dense search (with ``dense_index="store"``
+            there is none to repeat: the store searches).
         past_tokens: a budget that follows the question. When the question is about the past
             (what ``gate="auto"`` searches for: a cue word, a name the memory holds, or a strong
             dense match; never an agent's step), the context message may cost up to this much,
@@ -250,9 +251,9 @@ class Retrieval(Strategy, Folding):
             turns again (``report.lent``: how many messages were lent). None or 0 (the
             default): no lending. Opt-in because, on a request it lends on, the lent turns are
             neither folded nor retrievable and the prompt's prefix changes (a cache miss);
-            measured at 4,500-token requests, ``past_tokens=2_250`` finds every fact of a CRI
-            question for 76.7% of the questions against 71.2%, but planted facts told a few
-            dozen messages earlier (in the lent turns) fall from 96.4% to 89.3%
+            measured at 4,500-token requests, ``past_tokens=2_250`` finds every fact of both
+            parts of a two-part CRI question for 47.8% of them against 34.8%, but planted facts
+            told a few dozen messages earlier (in the lent turns) fall from 96.4% to 89.3%
             (bench/retrieval.py).
         decompose: query decomposition, without a model. A question that asks several things
             ("What do I do for work, and where do I live?": split at a semicolon, a question
@@ -261,7 +262,7 @@ class Retrieval(Strategy, Folding):
             the fusion and its best result packed first, so the evidence of each clause comes
             back, not only turns that match the whole question. A one-clause question is
             searched as it is. True by default (conjoined CRI first-person questions: every
-            fact of both 31.9% against 24.6%, bench/retrieval.py).
+            fact of both 34.8% against 26.1%, bench/retrieval.py).
         model_steps: a :class:`~langmem_ext.retrieval.model_steps.ModelSteps`: an optional
             query rewrite and rerank through a chat model (default: the inner strategy's
             summarizer model), each within its timeout, a failure changing nothing; their tokens

@@ -280,7 +280,10 @@ def test_the_local_dense_ranking_is_the_store_side_one() -> None:
     (white-box, through ``_turns_io``): same turns, cosines within float16 rounding, and an
     order the store's scores agree with."""
     history = conversation(40)
-    local = retrieval(indexed_store(Concepts()), ranking="dense")
+    # the store-side search has no feedback: the local one without it
+    local = retrieval(
+        indexed_store(Concepts()), ranking="dense", config=RetrievalConfig(feedback=False)
+    )
     remote = retrieval(
         indexed_store(Concepts()), ranking="dense", config=RetrievalConfig(dense_index="store")
     )

@@ -123,3 +123,29 @@ def test_feedback_never_opens_the_gate_for_small_talk(feedback: bool) -> None:
 def test_feedback_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="feedback must be a bool"):
         RetrievalConfig(feedback="yes")  # type: ignore[arg-type]
+
+
+def test_feedback_never_takes_the_first_place_from_the_query_s_own_best() -> None:
+    """At a context budget of one turn, the turn the query itself ranks first comes back with
+    or without feedback: the feedback ranking (which favours what the best results resemble)
+    decides the places after it."""
+    messages = history()
+    question = "what did I note about the alpha project number 14?"
+    firsts = []
+    for feedback in (False, True):
+        strategy = Retrieval(
+            TokenBudget(600),
+            store=InMemoryStore(),
+            key=KEY,
+            embeddings=Keywords(),
+            k=1,
+            config=RetrievalConfig(feedback=feedback),
+        )
+        state = strategy.apply(messages).state
+        result = strategy.apply([*messages, HumanMessage(question, id="q")], state)
+        firsts.append(result.report.retrieved)
+    assert firsts[0] == firsts[1] and len(firsts[0]) == 1
+
+
+def test_feedback_is_on_by_default() -> None:
+    assert RetrievalConfig().feedback is True
