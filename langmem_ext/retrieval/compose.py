@@ -114,13 +114,13 @@ def fuse(
         "passage": config.max_passages,
     }
     fused = reciprocal_rank_fusion(rankings, k=config.rrf_k, weights=weights)
-    firsts = _clause_firsts(config, getattr(turns, "clauses", ()), by_uid)
-    expanded = [isinstance(r, Expanded) for _, r in [*turns, *((1.0, p) for p in passages)]]
-    if any(expanded):  # the feedback ranking never decides the first place
-        own = [r for r, e in zip(rankings, expanded, strict=True) if not e]
-        own_weights = [w for w, e in zip(weights, expanded, strict=True) if not e]
-        first = [u for u, _ in reciprocal_rank_fusion(own, k=config.rrf_k, weights=own_weights)]
-        firsts = [*firsts, *(u for u in first[:1] if u not in firsts)]
+    # each clause's best result first (query decomposition); and the feedback ranking never
+    # decides the first place: the best of the question's own rankings follows them
+    groups = list(getattr(turns, "clauses", ()))
+    ranked = [*turns, *((1.0, p) for p in passages)]
+    if any(isinstance(r, Expanded) for _, r in ranked):
+        groups.append([(w, r) for w, r in ranked if not isinstance(r, Expanded)])
+    firsts = _firsts(config, groups, by_uid)
     for uid in [*firsts, *(uid for uid, _ in fused if uid not in firsts)]:
         c = by_uid[uid]
         norm = normalized(c.text)
@@ -136,17 +136,18 @@ def fuse(
 CLAUSE_QUOTA = 1
 
 
-def _clause_firsts(
+def _firsts(
     config: RetrievalConfig,
-    clauses: Sequence[Sequence[tuple[float, Sequence[Candidate]]]],
+    groups: Sequence[Sequence[tuple[float, Sequence[Candidate]]]],
     kept: Collection[str],
 ) -> list[str]:
-    """The best ``CLAUSE_QUOTA`` results of each clause (its own rankings fused), clause by
-    clause, among ``kept`` (what the view does not show and the floor let through)."""
+    """The best ``CLAUSE_QUOTA`` results of each group of rankings (a clause's, or the
+    question's own without the feedback), fused within the group, group by group, among
+    ``kept`` (what the view does not show and the floor let through)."""
     firsts: list[str] = []
-    for clause in clauses:
-        rankings = [[c.uid for c in ranking if c.uid in kept] for _, ranking in clause]
-        weights = [weight for weight, _ in clause]
+    for group in groups:
+        rankings = [[c.uid for c in ranking if c.uid in kept] for _, ranking in group]
+        weights = [weight for weight, _ in group]
         order = reciprocal_rank_fusion(rankings, k=config.rrf_k, weights=weights)
         firsts += [uid for uid, _ in order if uid not in firsts][:CLAUSE_QUOTA]
     return firsts
